@@ -1,0 +1,101 @@
+"""Refuses inputs that would bake a broken project, before any file is written.
+
+Standard library only: cookiecutter runs this with its own interpreter, before the project's
+dependencies exist. Each refusal is one line on stderr and exit 1; cookiecutter then removes the
+half-made folder. The checks are plain functions so that tests/test_hooks.py can call them.
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+import re
+import sys
+from importlib import metadata
+
+MAX_SEED = 2**32 - 1
+MIN_PYTHON_MINOR = 10  # torch 2.x wheels need Python 3.10 or newer
+MIN_COOKIECUTTER = (2, 7)  # real booleans in cookiecutter.json, __prompts__, local extensions
+
+# Names a project must not take beyond the standard library (whose list, sys.stdlib_module_names,
+# leaves out `test`): importing the project would shadow these for its own code
+# and its users (`import random` would find the project's package instead).
+SHADOWED = {
+    "torch", "torchvision", "torchaudio", "numpy", "tqdm", "sklearn", "scipy", "pandas",
+    "matplotlib", "pytest", "ruff", "setuptools", "pip", "lightning", "test", "tests", "utils", "src",
+}
+
+
+def check_slug(slug: str) -> str | None:
+    if not slug:
+        return "the package name is empty: give a project name with some ASCII letters, or set project_slug"
+    if not (slug.isidentifier() and slug.isascii() and slug == slug.lower()):
+        return (f"the package name {slug!r} is not a lower-case Python identifier "
+                "(a-z, 0-9, _; not starting with a digit)")
+    if keyword.iskeyword(slug):
+        return f"the package name {slug!r} is a Python keyword"
+    if slug in sys.stdlib_module_names or slug in SHADOWED:
+        return f"the package name {slug!r} would shadow the module {slug!r} that the project or its users import"
+    return None
+
+
+def check_seed(seed: object) -> str | None:
+    text = str(seed).strip()
+    if not re.fullmatch(r"[0-9]+", text) or int(text) > MAX_SEED:
+        return f"the seed {seed!r} is not an integer in 0 .. {MAX_SEED}"
+    return None
+
+
+def check_python_version(version: str) -> str | None:
+    match = re.fullmatch(r"3\.([0-9]+)", str(version).strip())
+    if not match or int(match.group(1)) < MIN_PYTHON_MINOR:
+        return f"python_version {version!r} is not 3.{MIN_PYTHON_MINOR} or newer (written as 3.N)"
+    return None
+
+
+def check_combination(context: dict) -> str | None:
+    for key in ("github_actions", "pre_commit"):
+        if not isinstance(context.get(key), bool):
+            return f"{key} must be true or false, not {context.get(key)!r} (cookiecutter 2.7+ keeps booleans)"
+    if context.get("license") != "none" and not str(context.get("author_name", "")).strip():
+        return (f"the {context.get('license')} license needs a copyright holder: "
+                "set author_name, or choose license 'none'")
+    email = str(context.get("author_email", "")).strip()
+    if email and not re.fullmatch(r"[^@\s]+@[^@\s]+", email):
+        return f"author_email {email!r} is not an e-mail address (leave it empty for none)"
+    return None
+
+
+def check_cookiecutter_version() -> str | None:
+    try:
+        installed = metadata.version("cookiecutter")
+    except metadata.PackageNotFoundError:  # run by another front end (cruft bundles its own)
+        return None
+    parts = tuple(int(p) for p in re.findall(r"[0-9]+", installed)[:2])
+    if parts < MIN_COOKIECUTTER:
+        return f"cookiecutter {installed} is too old: this template needs 2.7 or newer (pip install -U cookiecutter)"
+    return None
+
+
+def validate(context: dict) -> str | None:
+    """Returns the first problem found, as one sentence, or None."""
+    return (
+        check_cookiecutter_version()
+        or check_slug(context["project_slug"])
+        or check_seed(context["seed"])
+        or check_python_version(context["python_version"])
+        or check_combination(context)
+    )
+
+
+def main(context: dict) -> int:
+    problem = validate(context)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    # cookiecutter renders this file before running it; the raw string holds the context as JSON.
+    sys.exit(main(json.loads(r"""{{ cookiecutter|tojson }}""")))

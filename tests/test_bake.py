@@ -1,0 +1,167 @@
+"""Each named option combination bakes, lints clean, and passes its own test suite.
+
+The combinations use every choice value at least once. Each is baked once per session
+(pytest-cookies' cookies_session) and then checked by the tests below.
+"""
+
+from __future__ import annotations
+
+import os
+import py_compile
+import site
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+import yaml
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from conftest import AWKWARD_NAME, COOKIECUTTER_JSON
+
+COMBINATIONS = {
+    "defaults": {},
+    "digits_warn_bsd_no_actions": {
+        "dataset": "digits", "determinism": "warn", "license": "BSD-3-Clause", "github_actions": False,
+    },
+    "off_apache_no_precommit": {
+        "determinism": "off", "license": "Apache-2.0", "pre_commit": False, "python_version": "3.11", "seed": "0",
+    },
+    "awkward_names_no_license": {
+        "project_name": AWKWARD_NAME, "author_name": AWKWARD_NAME, "description": AWKWARD_NAME,
+        "author_email": "", "license": "none", "seed": "4294967295",
+    },
+}
+
+
+def expected_files(context: dict) -> set[str]:
+    package = context["project_slug"]
+    files = {
+        ".gitignore", "README.md", "pyproject.toml",
+        f"src/{package}/__init__.py", f"src/{package}/data.py", f"src/{package}/model.py",
+        f"src/{package}/train.py", f"src/{package}/utils/__init__.py", f"src/{package}/utils/device.py",
+        f"src/{package}/utils/repro.py",
+        "tests/conftest.py", "tests/test_data.py", "tests/test_device.py", "tests/test_evaluate.py",
+        "tests/test_repro.py", "tests/test_train.py",
+    }
+    if context["license"] != "none":
+        files.add("LICENSE")
+    if context["github_actions"]:
+        files.add(".github/workflows/ci.yml")
+    if context["pre_commit"]:
+        files.add(".pre-commit-config.yaml")
+    return files
+
+
+def project_files(path: Path) -> set[str]:
+    return {p.relative_to(path).as_posix() for p in path.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and ".pytest_cache" not in p.parts}
+
+
+@pytest.fixture(scope="session", params=list(COMBINATIONS))
+def baked(request, cookies_session):
+    result = cookies_session.bake(extra_context=COMBINATIONS[request.param],
+                                  template=str(Path(__file__).resolve().parents[1]))
+    assert result.exit_code == 0, result.exception
+    return result
+
+
+def test_every_key_the_tests_pass_exists_in_cookiecutter_json():
+    """cookiecutter silently ignores an unknown key, which would make a test check nothing."""
+    from test_hooks import REFUSALS
+
+    passed = {key for context in COMBINATIONS.values() for key in context}
+    passed |= {key for context, _ in REFUSALS.values() for key in context}
+    assert passed <= COOKIECUTTER_JSON.keys()
+
+
+def test_the_combinations_use_every_choice_value():
+    for key, values in COOKIECUTTER_JSON.items():
+        if key.startswith("_"):
+            continue
+        if isinstance(values, list):
+            used = {context.get(key, values[0]) for context in COMBINATIONS.values()}
+            assert used == set(values), key
+        if isinstance(values, bool):
+            assert {context.get(key, values) for context in COMBINATIONS.values()} == {True, False}, key
+
+
+def test_bakes_exactly_the_expected_files(baked):
+    assert project_files(baked.project_path) == expected_files(baked.context)
+
+
+def test_no_template_syntax_is_left(baked):
+    for relative in project_files(baked.project_path):
+        text = (baked.project_path / relative).read_text(encoding="utf-8")
+        assert "{{ cookiecutter" not in text and "{{cookiecutter" not in text and "{%" not in text, relative
+
+
+def test_pyproject_parses_and_keeps_the_strings_exactly(baked):
+    project = tomllib.loads((baked.project_path / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["name"] == baked.context["project_slug"]
+    assert project["description"] == baked.context["description"]
+    assert project["authors"][0]["name"] == baked.context["author_name"]
+    assert ("email" in project["authors"][0]) == bool(baked.context["author_email"])
+    assert project["requires-python"] == f">={baked.context['python_version']}"
+    assert ("scikit-learn" in " ".join(project["dependencies"])) == (baked.context["dataset"] == "digits")
+
+
+def test_python_compiles_and_ruff_is_clean(baked):
+    for path in baked.project_path.rglob("*.py"):
+        py_compile.compile(str(path), doraise=True)
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."],
+                            cwd=baked.project_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_workflow_keeps_its_expressions_and_is_valid_yaml(baked):
+    workflow = baked.project_path / ".github" / "workflows" / "ci.yml"
+    if not baked.context["github_actions"]:
+        assert not workflow.exists()
+        return
+    text = workflow.read_text(encoding="utf-8")
+    assert "${{ matrix.python-version }}" in text
+    matrix = yaml.safe_load(text)["jobs"]["test"]["strategy"]["matrix"]["python-version"]
+    assert matrix[0] == baked.context["python_version"]
+
+
+def test_the_license_names_the_author(baked):
+    license_file = baked.project_path / "LICENSE"
+    if baked.context["license"] == "none":
+        assert not license_file.exists()
+        return
+    text = license_file.read_text(encoding="utf-8")
+    assert baked.context["author_name"] in text
+    assert {"MIT": "MIT License", "BSD-3-Clause": "BSD 3-Clause", "Apache-2.0": "Apache License"}[
+        baked.context["license"]] in text
+
+
+def test_the_generated_test_suite_passes(baked):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+                            cwd=baked.project_path, capture_output=True, text=True, env=env, timeout=900)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert " passed" in result.stdout and " failed" not in result.stdout
+
+
+@pytest.mark.parametrize("combination", ["defaults", "awkward_names_no_license"])
+def test_pip_install_editable_works_and_the_module_runs(combination, cookies, tmp_path):
+    project = cookies.bake(extra_context=COMBINATIONS[combination]).project_path
+    # A fresh venv that sees this interpreter's packages (torch among them) through a .pth file, so
+    # that nothing is downloaded; the project itself is installed the way a user installs it.
+    venv.create(tmp_path / "venv", with_pip=True)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    site_packages = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True).stdout.strip()
+    Path(site_packages, "outer.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    install = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "-e",
+                              str(project)], capture_output=True, text=True)
+    assert install.returncode == 0, install.stderr
+    package = project.name
+    run = subprocess.run([python, "-m", f"{package}.train", "--help"], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0 and "--deterministic" in run.stdout, run.stderr

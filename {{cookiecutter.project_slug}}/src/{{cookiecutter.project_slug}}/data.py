@@ -1,0 +1,180 @@
+"""The example data, its augmentation, and a loader whose every draw is a function of the config.
+
+The design that makes runs repeat, whatever the number of workers:
+- The order of an epoch is a function of (seed, epoch) alone (EpochSampler).
+- A sample's augmentation is a function of (seed, epoch, sample index) alone: each sample gets its
+  own generators, seeded from those three numbers (sample_generators). Which worker process loads
+  it, and what that worker loaded before, no longer matter.
+- The sampler runs in the main process and hands each worker (epoch, index) pairs, so even
+  persistent workers, which keep an old copy of the dataset, always know the current epoch.
+
+PyTorch's documented recipe (a seeded generator plus a worker_init_fn) is also applied in
+make_loader, for user code that draws from the global generators inside a worker; but that recipe
+alone repeats a run only with the same num_workers, because each worker's stream depends on
+which samples it happened to load.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from .utils.repro import derive_seed
+
+NUM_CLASSES = 10
+IMAGE_SIZE = 8
+VAL_FRACTION = 0.2
+SYNTHETIC_SAMPLES = 2000
+
+# Each use of randomness gets its own stream id, so that no two uses share a generator: adding
+# a draw to one (say, a new augmentation) shifts nothing in another (say, the shuffle order).
+DATA_STREAM, SPLIT_STREAM, SHUFFLE_STREAM, AUGMENT_STREAM, LOADER_STREAM = range(5)
+
+
+def make_synthetic(seed: int, n: int = SYNTHETIC_SAMPLES) -> tuple[np.ndarray, np.ndarray]:
+    """Image-like data: ten classes, each a smooth 8x8 pattern, seen shifted, scaled and noisy."""
+    rng = np.random.default_rng(derive_seed(seed, DATA_STREAM))
+    raw = rng.normal(size=(NUM_CLASSES, IMAGE_SIZE + 2, IMAGE_SIZE + 2))
+    # A 3x3 box blur makes each prototype smooth, like strokes rather than pixel noise.
+    prototypes = sum(
+        raw[:, dy : dy + IMAGE_SIZE, dx : dx + IMAGE_SIZE] for dy in range(3) for dx in range(3)
+    )
+    prototypes = (prototypes - prototypes.min()) / (prototypes.max() - prototypes.min())
+    labels = rng.integers(0, NUM_CLASSES, size=n)
+    images = prototypes[labels] * rng.uniform(0.6, 1.0, size=(n, 1, 1))
+    shifts = rng.integers(-1, 2, size=(n, 2))
+    images = np.stack([np.roll(img, tuple(s), axis=(0, 1)) for img, s in zip(images, shifts, strict=True)])
+    images = images + rng.normal(0.0, 0.15, size=images.shape)
+    return images[:, None].astype(np.float32), labels.astype(np.int64)
+
+
+def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's 1,797 handwritten 8x8 digits, shipped inside the package: no download."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = (digits.images / 16.0).astype(np.float32)[:, None]
+    return images, digits.target.astype(np.int64)
+
+
+def load_arrays(name: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    if name == "synthetic":
+        return make_synthetic(seed)
+    if name == "digits":
+        return load_digits_arrays()
+    raise ValueError(f"unknown dataset {name!r}; choose synthetic or digits")
+
+
+def split(images: np.ndarray, labels: np.ndarray, seed: int) -> tuple[tuple, tuple]:
+    """A train/validation split that depends on the seed alone."""
+    order = np.random.default_rng(derive_seed(seed, SPLIT_STREAM)).permutation(len(labels))
+    n_val = int(len(labels) * VAL_FRACTION)
+    val, train = order[:n_val], order[n_val:]
+    return (images[train], labels[train]), (images[val], labels[val])
+
+
+def sample_generators(seed: int, epoch: int, index: int) -> tuple[random.Random, np.random.Generator]:
+    """Fresh Python and NumPy generators for one sample in one epoch, whoever loads it."""
+    sample_seed = derive_seed(seed, AUGMENT_STREAM, epoch, index)
+    return random.Random(sample_seed), np.random.default_rng(sample_seed)
+
+
+def augment(image: np.ndarray, rnd: random.Random, rng: np.random.Generator) -> np.ndarray:
+    """A training augmentation that draws from Python's random and from NumPy, as real ones do."""
+    contrast = rnd.uniform(0.8, 1.2)  # Python's random
+    dy, dx = rng.integers(-1, 2, size=2)  # NumPy: shift by up to one pixel
+    image = np.roll(image, (int(dy), int(dx)), axis=(-2, -1)) * contrast
+    return (image + rng.normal(0.0, 0.05, size=image.shape)).astype(np.float32)
+
+
+class ImageDataset(Dataset):
+    """8x8 images and labels. Indexed by (epoch, index) so that augmentation can depend on both."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, seed: int, train: bool) -> None:
+        self.images = torch.from_numpy(images)
+        self.labels = torch.from_numpy(labels)
+        self.seed = seed
+        self.train = train
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        epoch, index = key
+        image = self.images[index]
+        if self.train:
+            image = torch.from_numpy(augment(image.numpy(), *sample_generators(self.seed, epoch, index)))
+        return image, self.labels[index]
+
+
+class EpochSampler(Sampler):
+    """Yields (epoch, index) pairs in an order that is a function of (seed, epoch) alone.
+
+    Call set_epoch(e) before each epoch. `start` skips the first samples of the epoch, so that a
+    resumed run continues exactly where it stopped.
+    """
+
+    def __init__(self, size: int, seed: int, shuffle: bool) -> None:
+        self.size = size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.epoch = 0
+        self.start = 0
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        self.epoch = epoch
+        self.start = start
+
+    def order(self) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.size))
+        generator = torch.Generator().manual_seed(derive_seed(self.seed, SHUFFLE_STREAM, self.epoch))
+        return torch.randperm(self.size, generator=generator).tolist()
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        epoch = self.epoch
+        return iter([(epoch, index) for index in self.order()[self.start :]])
+
+    def __len__(self) -> int:
+        return self.size - self.start
+
+
+def seed_worker(worker_id: int) -> None:
+    """Seeds Python's and NumPy's global generators in a DataLoader worker (PyTorch's recipe).
+
+    torch seeds each worker's torch generator itself (base seed + worker id) but leaves `random`
+    and NumPy as copies of the parent's state, so without this every worker would draw the same
+    "random" numbers. Our own augmentation does not need it (see sample_generators); user code
+    that calls np.random inside a worker does.
+    """
+    worker_seed = torch.initial_seed() % 2**32
+    random.seed(worker_seed)
+    np.random.seed(worker_seed)
+
+
+def make_loader(
+    dataset: ImageDataset,
+    batch_size: int,
+    seed: int,
+    shuffle: bool,
+    num_workers: int = 0,
+    persistent_workers: bool = False,
+    prefetch_factor: int | None = None,
+) -> DataLoader:
+    """A DataLoader whose order and augmentation repeat for a seed, with any number of workers."""
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=EpochSampler(len(dataset), seed, shuffle),
+        num_workers=num_workers,
+        worker_init_fn=seed_worker,
+        # The loader draws its workers' base seed from this generator, never from the global
+        # one, so creating a loader or an iterator shifts no training randomness.
+        generator=torch.Generator().manual_seed(derive_seed(seed, LOADER_STREAM)),
+        persistent_workers=persistent_workers and num_workers > 0,
+        prefetch_factor=prefetch_factor if num_workers > 0 else None,
+    )

@@ -1,0 +1,1 @@
+"""Helpers that every training script needs: reproducibility (repro) and device choice (device)."""

@@ -1,0 +1,146 @@
+"""Everything that makes a run repeat: seeds, deterministic kernels, RNG state, weight hashes.
+
+Order matters. Call `configure_determinism` first thing in `main()`, before anything touches the
+GPU: two of its settings are environment variables that CUDA reads once, when it initializes.
+Then `seed_everything`, then build data and model.
+
+What this module does not do, and why:
+- It does not set PYTHONHASHSEED. Python reads that variable once, when the interpreter starts;
+  `os.environ["PYTHONHASHSEED"] = "0"` inside a running script (as many snippets do) changes
+  nothing for that process. Set it in the shell, or re-launch the interpreter.
+- It does not set `torch.backends.cudnn.enabled = False`. That old advice predates
+  `torch.use_deterministic_algorithms`: with deterministic algorithms on and benchmark off, cuDNN
+  picks deterministic kernels, or raises for an op that has none. Switching cuDNN off buys no
+  extra determinism and falls back to PyTorch's slow native convolutions (often several times
+  slower on a GPU).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+MAX_SEED = 2**32 - 1  # NumPy's legacy global generator accepts no larger seed
+DETERMINISM_MODES = ("strict", "warn", "off")
+
+# cuBLAS keeps per-stream workspaces; with the default sizes, a matrix product may split its
+# reduction differently from call to call. A fixed workspace configuration makes it repeat.
+# NVIDIA documents two values: ":4096:8" (8 buffers of 4 MiB, what we set) and ":16:8" (less
+# memory, sometimes slower). Both are accepted when the user has set one already.
+CUBLAS_WORKSPACE_CONFIG = ":4096:8"
+DETERMINISTIC_CUBLAS_CONFIGS = (":4096:8", ":16:8")
+
+
+def check_seed(seed: object) -> int:
+    """Returns the seed as an int, or raises ValueError if it is not an integer in 0 .. 2**32-1."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed must be an integer in 0 .. {MAX_SEED}, not {seed!r}")
+    return int(seed)
+
+
+def seed_everything(seed: int) -> None:
+    """Seeds every global generator a training script draws from: Python, NumPy, torch (CPU, CUDA, MPS).
+
+    Seeding makes the *first* draw repeat. It does not make kernels deterministic
+    (see configure_determinism) and does not reach DataLoader workers, which are separate processes
+    (see data.seed_worker).
+    """
+    seed = check_seed(seed)
+    # Python's `random`: user code, `random.shuffle`, and some augmentation libraries.
+    random.seed(seed)
+    # NumPy's legacy global generator (`np.random.rand` and friends), still used by much code.
+    np.random.seed(seed)
+    # torch's CPU generator: weight initialisation, dropout masks, `torch.randperm`.
+    torch.manual_seed(seed)
+    # Every GPU has its own generator. torch.manual_seed already seeds them; calling this by name
+    # shows it. It is lazy: it does not initialise CUDA, so it is safe on a CPU-only machine.
+    torch.cuda.manual_seed_all(seed)
+    if torch.backends.mps.is_available():
+        torch.mps.manual_seed(seed)
+
+
+def derive_seed(*keys: int) -> int:
+    """Mixes integers, such as (seed, stream, epoch, index), into one well-spread 64-bit seed.
+
+    NumPy's SeedSequence hashes its input, so nearby keys (epoch 1 and epoch 2) give unrelated
+    streams, and no two key tuples collide in practice, unlike `seed + epoch`.
+    """
+    return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1, np.uint64)[0])
+
+
+def configure_determinism(mode: str) -> None:
+    """Chooses between bitwise repeatable kernels and PyTorch's fastest ones.
+
+    strict: deterministic algorithms everywhere; an op that has no deterministic implementation
+            raises a RuntimeError naming it (so a result is never silently non-repeatable).
+    warn:   the same, but such an op only warns and runs its non-deterministic kernel.
+    off:    PyTorch's defaults. On the CPU most runs still repeat; on a GPU they may not.
+    """
+    if mode not in DETERMINISM_MODES:
+        raise ValueError(f"determinism mode must be one of {', '.join(DETERMINISM_MODES)}, not {mode!r}")
+    if mode == "off":
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.deterministic = False
+        torch.backends.cudnn.benchmark = False  # PyTorch's default too
+        return
+
+    _require_cublas_workspace_config()
+    # Guards against: ops with non-deterministic kernels (atomicAdd-based scatter and index_add,
+    # some pooling and interpolation backwards on CUDA). Costs: those ops use slower deterministic
+    # kernels, and the few with none raise (strict) or warn (warn).
+    torch.use_deterministic_algorithms(True, warn_only=(mode == "warn"))
+    # Guards against: cuDNN choosing a non-deterministic convolution algorithm. Costs: on a GPU,
+    # some convolutions run a slower algorithm than the fastest one.
+    torch.backends.cudnn.deterministic = True
+    # Guards against: cuDNN timing several algorithms on the first batch and keeping the fastest,
+    # which can differ from run to run. Costs: the autotuned speed-up for fixed input shapes.
+    torch.backends.cudnn.benchmark = False
+    # Guards against: torch.empty() and friends returning whatever bytes were in memory, which
+    # would leak into results that read them. Costs: a fill of each new uninitialised tensor.
+    torch.utils.deterministic.fill_uninitialized_memory = True
+
+
+def _require_cublas_workspace_config() -> None:
+    current = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    if current in DETERMINISTIC_CUBLAS_CONFIGS:
+        return
+    if torch.cuda.is_initialized():
+        # Setting it now would change os.environ but not cuBLAS, which has already read it.
+        raise RuntimeError(
+            f"CUBLAS_WORKSPACE_CONFIG is {current!r} and CUDA is already initialised, so it can no "
+            "longer take effect. Call configure_determinism() first thing in main(), before any "
+            f"tensor goes to the GPU, or start Python with CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE_CONFIG}."
+        )
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE_CONFIG
+
+
+def determinism_flags() -> dict[str, object]:
+    """The settings in effect now, as recorded in each run's environment.json."""
+    return {
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "cudnn_enabled": torch.backends.cudnn.enabled,
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "fill_uninitialized_memory": torch.utils.deterministic.fill_uninitialized_memory,
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    }
+
+
+def state_dict_sha256(state_dict: Mapping[str, torch.Tensor]) -> str:
+    """sha256 over every tensor of a state_dict in key order: names, dtypes, shapes and raw bytes.
+
+    Two models with this hash equal are equal bit for bit; a tolerance-based comparison
+    (torch.allclose) would hide exactly the drift that reproducibility is about.
+    """
+    digest = hashlib.sha256()
+    for name, tensor in state_dict.items():
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

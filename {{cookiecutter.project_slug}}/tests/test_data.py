@@ -1,0 +1,78 @@
+"""Specifications of the data pipeline: order and augmentation are functions of the seed."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from {{ cookiecutter.project_slug }}.data import ImageDataset, load_arrays, make_loader, split
+
+SEED = 3
+
+
+def one_epoch(seed: int, num_workers: int, epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Everything a fresh training loader yields in one epoch, concatenated."""
+    (images, labels), _ = split(*load_arrays({{ cookiecutter.dataset|tojson }}, seed), seed)
+    loader = make_loader(ImageDataset(images, labels, seed=seed, train=True), batch_size=32,
+                         seed=seed, shuffle=True, num_workers=num_workers)
+    loader.sampler.set_epoch(epoch)
+    batches = list(loader)
+    return torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_one_seed_gives_the_same_order_and_augmented_values_from_two_fresh_loaders(num_workers):
+    first_images, first_labels = one_epoch(SEED, num_workers)
+    second_images, second_labels = one_epoch(SEED, num_workers)
+    assert torch.equal(first_labels, second_labels)
+    assert torch.equal(first_images, second_images)
+
+
+def test_another_seed_gives_another_order_and_other_values():
+    images, labels = one_epoch(SEED, 0)
+    other_images, other_labels = one_epoch(SEED + 1, 0)
+    assert not torch.equal(labels, other_labels)
+    assert not torch.equal(images, other_images)
+
+
+def test_each_epoch_has_its_own_order_and_augmentation():
+    images, labels = one_epoch(SEED, 0, epoch=0)
+    next_images, next_labels = one_epoch(SEED, 0, epoch=1)
+    assert not torch.equal(labels, next_labels)
+    assert not torch.equal(images, next_images)
+
+
+def test_augmentation_is_a_function_of_seed_epoch_and_index_not_of_global_state():
+    (images, labels), _ = split(*load_arrays({{ cookiecutter.dataset|tojson }}, SEED), SEED)
+    dataset = ImageDataset(images, labels, seed=SEED, train=True)
+    random.seed(1)
+    np.random.seed(1)
+    torch.manual_seed(1)
+    first = dataset[(2, 5)][0]
+    random.seed(99)  # what a worker, or earlier samples, would have done to the global generators
+    np.random.seed(99)
+    torch.manual_seed(99)
+    assert torch.equal(dataset[(2, 5)][0], first)
+    assert not torch.equal(dataset[(3, 5)][0], first)  # another epoch
+    assert not torch.equal(dataset[(2, 5)][0], torch.from_numpy(images[5]))  # it does augment
+
+
+def test_validation_data_is_not_augmented_and_keeps_its_order():
+    _, (images, labels) = split(*load_arrays({{ cookiecutter.dataset|tojson }}, SEED), SEED)
+    loader = make_loader(ImageDataset(images, labels, seed=SEED, train=False), batch_size=64,
+                         seed=SEED, shuffle=False)
+    loaded = torch.cat([batch[0] for batch in loader])
+    assert torch.equal(loaded, torch.from_numpy(images))
+
+
+def test_the_sampler_can_start_mid_epoch_at_the_same_place():
+    (images, labels), _ = split(*load_arrays({{ cookiecutter.dataset|tojson }}, SEED), SEED)
+    loader = make_loader(ImageDataset(images, labels, seed=SEED, train=True), batch_size=32,
+                         seed=SEED, shuffle=True)
+    loader.sampler.set_epoch(1)
+    full = list(loader.sampler)
+    loader.sampler.set_epoch(1, start=64)
+    assert list(loader.sampler) == full[64:]

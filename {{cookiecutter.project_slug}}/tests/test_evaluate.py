@@ -1,0 +1,73 @@
+"""Specifications of evaluation: it observes the model and changes nothing."""
+
+from __future__ import annotations
+
+import torch
+
+from {{ cookiecutter.project_slug }}.data import ImageDataset, load_arrays, make_loader, split
+from {{ cookiecutter.project_slug }}.model import Net
+from {{ cookiecutter.project_slug }}.train import evaluate
+
+SEED = 5
+
+
+def trained_model_and_loader():
+    torch.manual_seed(SEED)
+    (train_images, train_labels), (val_images, val_labels) = split(
+        *load_arrays({{ cookiecutter.dataset|tojson }}, SEED), SEED)
+    model = Net()
+    # A few training steps give BatchNorm running statistics that differ from their defaults,
+    # so an evaluation that updated them would be caught.
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model.train()
+    for start in range(0, 256, 64):
+        images = torch.from_numpy(train_images[start : start + 64])
+        labels = torch.from_numpy(train_labels[start : start + 64])
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    loader = make_loader(ImageDataset(val_images, val_labels, seed=SEED, train=False),
+                         batch_size=64, seed=SEED, shuffle=False)
+    return model, loader
+
+
+def test_evaluate_changes_no_parameter_and_no_batchnorm_statistic():
+    model, loader = trained_model_and_loader()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    evaluate(model, loader, torch.device("cpu"))
+    after = model.state_dict()
+    assert all(torch.equal(before[name], after[name]) for name in before)
+    assert any("running_mean" in name for name in before)
+
+
+def test_two_evaluations_give_identical_results():
+    model, loader = trained_model_and_loader()
+    assert evaluate(model, loader, torch.device("cpu")) == evaluate(model, loader, torch.device("cpu"))
+
+
+def test_dropout_is_inactive_during_evaluation():
+    model, loader = trained_model_and_loader()
+    seen = []
+    dropout = next(m for m in model.modules() if isinstance(m, torch.nn.Dropout))
+    dropout.register_forward_hook(lambda module, inputs, output: seen.append(
+        (module.training, torch.equal(inputs[0], output))))
+    evaluate(model, loader, torch.device("cpu"))
+    assert seen and all(not training and unchanged for training, unchanged in seen)
+
+
+def test_evaluation_restores_the_mode_it_found():
+    model, loader = trained_model_and_loader()
+    model.train()
+    evaluate(model, loader, torch.device("cpu"))
+    assert model.training and all(m.training for m in model.modules())
+    model.eval()
+    evaluate(model, loader, torch.device("cpu"))
+    assert not model.training
+
+
+def test_evaluation_draws_no_random_number():
+    model, loader = trained_model_and_loader()
+    state = torch.get_rng_state()
+    evaluate(model, loader, torch.device("cpu"))
+    assert torch.equal(torch.get_rng_state(), state)

@@ -1,0 +1,146 @@
+"""Specifications of seeding and determinism settings."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from {{ cookiecutter.project_slug }}.model import Net
+from {{ cookiecutter.project_slug }}.utils.repro import (
+    CUBLAS_WORKSPACE_CONFIG,
+    MAX_SEED,
+    configure_determinism,
+    determinism_flags,
+    seed_everything,
+    state_dict_sha256,
+)
+
+
+@pytest.fixture(autouse=True)
+def restore_defaults(monkeypatch):
+    """Each test starts from PyTorch's defaults and leaves them behind."""
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    configure_determinism("off")
+    yield
+    configure_determinism("off")
+
+
+def draws() -> tuple:
+    return random.random(), float(np.random.rand()), torch.rand(3).tolist()
+
+
+def test_seed_everything_makes_python_numpy_and_torch_draws_repeat():
+    seed_everything(123)
+    first = draws()
+    seed_everything(123)
+    assert draws() == first
+    seed_everything(124)
+    assert draws() != first
+
+
+@pytest.mark.parametrize("seed", [-1, MAX_SEED + 1, 1.5, True, "42", None])
+def test_seed_everything_refuses_a_seed_outside_0_to_2_32_minus_1(seed):
+    with pytest.raises(ValueError, match="seed must be an integer"):
+        seed_everything(seed)
+
+
+def test_the_largest_seed_is_accepted():
+    seed_everything(MAX_SEED)
+
+
+def test_strict_turns_on_every_deterministic_setting():
+    configure_determinism("strict")
+    flags = determinism_flags()
+    assert flags["deterministic_algorithms"] and not flags["deterministic_warn_only"]
+    assert flags["cudnn_deterministic"] and not flags["cudnn_benchmark"]
+    assert flags["fill_uninitialized_memory"]
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == CUBLAS_WORKSPACE_CONFIG
+    # cuDNN stays on: deterministic algorithms make switching it off unnecessary, and slow.
+    assert flags["cudnn_enabled"]
+
+
+def test_warn_is_strict_with_warnings_instead_of_errors():
+    configure_determinism("warn")
+    flags = determinism_flags()
+    assert flags["deterministic_algorithms"] and flags["deterministic_warn_only"]
+    assert flags["cudnn_deterministic"] and not flags["cudnn_benchmark"]
+
+
+def test_off_leaves_pytorchs_defaults():
+    configure_determinism("strict")
+    configure_determinism("off")
+    flags = determinism_flags()
+    assert not flags["deterministic_algorithms"] and not flags["cudnn_deterministic"]
+
+
+def test_an_unknown_mode_is_refused():
+    with pytest.raises(ValueError, match="strict, warn, off"):
+        configure_determinism("sometimes")
+
+
+def max_unpool():
+    """max_unpool2d is documented as having no deterministic implementation, on any device."""
+    pooled, indices = torch.nn.functional.max_pool2d(torch.rand(1, 1, 4, 4), 2, return_indices=True)
+    return torch.nn.functional.max_unpool2d(pooled, indices, 2)
+
+
+def test_strict_raises_on_an_op_without_a_deterministic_implementation():
+    max_unpool()  # the control: allowed under PyTorch's defaults
+    configure_determinism("strict")
+    with pytest.raises(RuntimeError, match="does not have a deterministic implementation"):
+        max_unpool()
+
+
+def test_warn_runs_such_an_op_and_warns():
+    configure_determinism("warn")
+    with pytest.warns(UserWarning, match="does not have a deterministic implementation"):
+        max_unpool()
+
+
+def test_an_existing_deterministic_cublas_config_is_kept(monkeypatch):
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    configure_determinism("strict")
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+
+
+def test_strict_after_cuda_initialised_without_the_cublas_variable_is_refused(monkeypatch):
+    """The variable would be set too late to matter; saying so beats a silent non-determinism."""
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(RuntimeError, match=r"before any tensor goes to the GPU"):
+        configure_determinism("strict")
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+
+
+def test_strict_after_cuda_initialised_with_the_variable_already_set_is_fine(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE_CONFIG)
+    configure_determinism("strict")
+    assert torch.are_deterministic_algorithms_enabled()
+
+
+def test_weights_hash_sees_one_bit_a_name_and_a_dtype():
+    weights = {"w": torch.tensor([1.0, 2.0])}
+    reference = state_dict_sha256(weights)
+    assert state_dict_sha256({"w": torch.tensor([1.0, 2.0])}) == reference
+    one_ulp = torch.nextafter(torch.tensor([1.0, 2.0]), torch.tensor(3.0))
+    assert state_dict_sha256({"w": one_ulp}) != reference
+    assert state_dict_sha256({"v": torch.tensor([1.0, 2.0])}) != reference
+    assert state_dict_sha256({"w": torch.tensor([1.0, 2.0], dtype=torch.float64)}) != reference
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: runs on GPU machines only")
+def test_on_cuda_strict_gives_bitwise_identical_gradients_twice():
+    configure_determinism("strict")
+
+    def gradients() -> str:
+        seed_everything(11)
+        model = Net().cuda()
+        images, labels = torch.rand(64, 1, 8, 8, device="cuda"), torch.randint(0, 10, (64,), device="cuda")
+        torch.nn.functional.cross_entropy(model(images), labels).backward()
+        return state_dict_sha256({name: p.grad for name, p in model.named_parameters()})
+
+    assert gradients() == gradients()

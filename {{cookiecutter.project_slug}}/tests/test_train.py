@@ -1,0 +1,97 @@
+"""Specifications of a training run, checked on real runs in fresh processes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from {{ cookiecutter.project_slug }}.train import METRIC_FIELDS, RUN_FILES, main
+from {{ cookiecutter.project_slug }}.utils.repro import state_dict_sha256
+
+from conftest import FAST, run_module
+
+
+def test_one_seed_in_two_fresh_processes_gives_identical_losses_and_weights(runs):
+    first, second = runs["seed7"], runs["seed7_again"]
+    assert first.metrics == second.metrics  # every step's loss and every evaluation, bit for bit
+    assert first.weights == second.weights
+
+
+def test_one_seed_with_two_workers_and_shuffling_gives_identical_losses_and_weights(runs):
+    first, second = runs["seed7_workers2"], runs["seed7_workers2_again"]
+    assert first.config["num_workers"] == 2
+    assert first.train_losses == second.train_losses
+    assert first.weights == second.weights
+
+
+def test_another_seed_gives_other_losses_and_weights(runs):
+    """The negative control: without it, the tests above could pass by never changing anything."""
+    assert runs["seed8"].weights != runs["seed7"].weights
+    assert runs["seed8"].train_losses != runs["seed7"].train_losses
+
+
+def test_saved_model_has_the_recorded_weights_hash(runs):
+    run = runs["seed7"]
+    state_dict = torch.load(run.out / "model.pt", weights_only=True)
+    assert state_dict_sha256(state_dict) == run.weights
+
+
+def test_a_run_folder_records_config_environment_metrics_and_summary(runs):
+    run = runs["seed7"]
+    assert sorted(p.name for p in run.out.iterdir()) == sorted(RUN_FILES)
+    assert run.config["seed"] == 7 and run.config["epochs"] == 2
+    assert {"torch", "numpy", "python", "cuda", "cudnn", "device", "determinism",
+            "intra_op_threads", "environment_variables", "git_commit"} <= run.environment.keys()
+    assert run.environment["intra_op_threads"] == run.config["threads"]
+    assert {"seed", "weights_sha256", "train_seconds", "val_loss", "val_accuracy"} <= run.summary.keys()
+    train_rows = [row for row in run.metrics if row["split"] == "train"]
+    assert [int(row["step"]) for row in train_rows] == list(range(1, run.summary["steps"] + 1))
+    assert list(run.metrics[0].keys()) == list(METRIC_FIELDS)
+    assert sum(row["split"] == "val" for row in run.metrics) == run.config["epochs"]
+
+
+def test_an_out_folder_that_holds_a_run_is_refused_and_left_intact(runs):
+    out = runs["seed8"].out
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    result = run_module("train", "--out", str(out), *FAST, "--seed", "8")
+    assert result.returncode != 0
+    assert "--overwrite" in result.stderr and "Traceback" not in result.stderr
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+
+def test_overwrite_replaces_the_run(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "summary.json").write_text("{}")
+    result = run_module("train", "--out", str(out), *FAST, "--epochs", "1", "--overwrite")
+    assert result.returncode == 0, result.stderr
+    assert "weights_sha256" in (out / "summary.json").read_text()
+
+
+BAD_FLAGS = {
+    "negative seed": ("--seed", "-1"),
+    "seed above 2**32-1": ("--seed", "4294967296"),
+    "zero epochs": ("--epochs", "0"),
+    "learning rate not a number": ("--lr", "fast"),
+    "comma-separated GPUs": ("--device", "cuda:1,2"),
+    "unknown device": ("--device", "gpu"),
+    "unknown determinism mode": ("--deterministic", "sometimes"),
+    "abbreviated flag": ("--epoch", "3"),
+}
+
+
+@pytest.mark.parametrize("flags", BAD_FLAGS.values(), ids=BAD_FLAGS.keys())
+def test_bad_flags_give_one_clear_line_and_exit_2_before_touching_anything(flags, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out", str(tmp_path / "never"), *flags])
+    assert exit_info.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert not (tmp_path / "never").exists()
+    assert not torch.are_deterministic_algorithms_enabled()  # no global setting was changed yet
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA; the refusal is for CPU-only machines")
+def test_asking_for_cuda_without_it_names_the_available_devices(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "never"), "--device", "cuda"])
+    assert "not available here; available: cpu" in capsys.readouterr().err
