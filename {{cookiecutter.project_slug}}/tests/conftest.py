@@ -15,14 +15,20 @@ import pytest
 PACKAGE = "{{ cookiecutter.project_slug }}"
 SRC = Path(__file__).resolve().parents[1] / "src"
 # Short runs keep the suite fast; two epochs still cover shuffling across epochs and evaluation.
-FAST = ("--epochs", "2", "--device", "cpu")
+# Checkpointing every 4 steps changes no result, and gives the resume tests checkpoints to use.
+FAST = ("--epochs", "2", "--device", "cpu", "--checkpoint-every", "4")
 
 
-def python_env(**extra: str) -> dict[str, str]:
-    """The environment for a child interpreter: ours, with src/ importable even without install."""
+def python_env(**changes: str | None) -> dict[str, str]:
+    """The environment for a child interpreter: ours, with src/ importable even without install,
+    and `changes` applied (None removes a variable)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH")) if p)
-    env.update(extra)
+    for name, value in changes.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     return env
 
 
@@ -69,10 +75,11 @@ def read_run(out: Path) -> Run:
     )
 
 
-def train_many(root: Path, runs: dict[str, tuple[str, ...]]) -> dict[str, Run]:
-    """Starts one fresh `python -m <package>.train` per entry, all at once, and reads each run."""
-    processes = {name: start_module("train", "--out", str(root / name), *FAST, *args)
-                 for name, args in runs.items()}
+def train_many(root: Path, runs: dict[str, tuple[tuple[str, ...], dict]]) -> dict[str, Run]:
+    """Starts one fresh `python -m <package>.train` per entry (flags, environment changes), all at
+    once, and reads each run."""
+    processes = {name: start_module("train", "--out", str(root / name), *FAST, *args, env=python_env(**env))
+                 for name, (args, env) in runs.items()}
     results = {}
     for name, process in processes.items():
         _, stderr = process.communicate(timeout=600)
@@ -81,14 +88,20 @@ def train_many(root: Path, runs: dict[str, tuple[str, ...]]) -> dict[str, Run]:
     return results
 
 
-# The runs that the specifications in test_train.py compare. Each is its own process; runs with
-# one seed are repeated under two names, so that a match cannot come from sharing one process.
+# The runs that the specifications compare, each in its own process, so that a match cannot come
+# from sharing one. The two plain seed-7 runs are launched from "shells" with different
+# PYTHONHASHSEED values.
 RUNS = {
-    "seed7": ("--seed", "7"),
-    "seed7_again": ("--seed", "7"),
-    "seed7_workers2": ("--seed", "7", "--num-workers", "2"),
-    "seed7_workers2_again": ("--seed", "7", "--num-workers", "2"),
-    "seed8": ("--seed", "8"),
+    "seed7": (("--seed", "7"), {"PYTHONHASHSEED": None}),
+    "seed7_again": (("--seed", "7"), {"PYTHONHASHSEED": "123"}),
+    "seed7_workers2": (("--seed", "7", "--num-workers", "2"), {}),
+    "seed7_workers3": (("--seed", "7", "--num-workers", "3"), {}),
+    "seed7_workers2_persistent": (("--seed", "7", "--num-workers", "2", "--persistent-workers",
+                                   "--prefetch-factor", "4"), {}),
+    "seed7_eval_never": (("--seed", "7", "--eval-every", "0"), {}),
+    "seed7_4_epochs": (("--seed", "7", "--epochs", "4"), {}),  # the reference for the resume tests
+    "seed7_threads2": (("--seed", "7", "--epochs", "1", "--threads", "2"), {}),
+    "seed8": (("--seed", "8"), {}),
 }
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from {{ cookiecutter.project_slug }}.train import METRIC_FIELDS, RUN_FILES, main
-from {{ cookiecutter.project_slug }}.utils.repro import state_dict_sha256
+from {{ cookiecutter.project_slug }}.utils.repro import configure_determinism, state_dict_sha256
 
 from conftest import FAST, run_module
 
@@ -18,8 +18,8 @@ def test_one_seed_in_two_fresh_processes_gives_identical_losses_and_weights(runs
 
 
 def test_one_seed_with_two_workers_and_shuffling_gives_identical_losses_and_weights(runs):
-    first, second = runs["seed7_workers2"], runs["seed7_workers2_again"]
-    assert first.config["num_workers"] == 2
+    first, second = runs["seed7_workers2"], runs["seed7_workers2_persistent"]
+    assert first.config["num_workers"] == second.config["num_workers"] == 2
     assert first.train_losses == second.train_losses
     assert first.weights == second.weights
 
@@ -38,7 +38,7 @@ def test_saved_model_has_the_recorded_weights_hash(runs):
 
 def test_a_run_folder_records_config_environment_metrics_and_summary(runs):
     run = runs["seed7"]
-    assert sorted(p.name for p in run.out.iterdir()) == sorted(RUN_FILES)
+    assert sorted(p.name for p in run.out.iterdir()) == sorted([*RUN_FILES, "checkpoints"])
     assert run.config["seed"] == 7 and run.config["epochs"] == 2
     assert {"torch", "numpy", "python", "cuda", "cudnn", "device", "determinism",
             "intra_op_threads", "environment_variables", "git_commit"} <= run.environment.keys()
@@ -52,20 +52,24 @@ def test_a_run_folder_records_config_environment_metrics_and_summary(runs):
 
 def test_an_out_folder_that_holds_a_run_is_refused_and_left_intact(runs):
     out = runs["seed8"].out
-    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
     result = run_module("train", "--out", str(out), *FAST, "--seed", "8")
     assert result.returncode != 0
     assert "--overwrite" in result.stderr and "Traceback" not in result.stderr
-    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+    assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
 
 
 def test_overwrite_replaces_the_run(tmp_path):
     out = tmp_path / "run"
-    out.mkdir()
+    (out / "checkpoints").mkdir(parents=True)
     (out / "summary.json").write_text("{}")
-    result = run_module("train", "--out", str(out), *FAST, "--epochs", "1", "--overwrite")
-    assert result.returncode == 0, result.stderr
+    (out / "checkpoints" / "step-00000099.pt").write_text("old")
+    try:
+        assert main(["--out", str(out), *FAST, "--epochs", "1", "--overwrite"]) == 0
+    finally:
+        configure_determinism("off")  # main ran in this process: leave PyTorch's defaults behind
     assert "weights_sha256" in (out / "summary.json").read_text()
+    assert not (out / "checkpoints" / "step-00000099.pt").exists()
 
 
 BAD_FLAGS = {

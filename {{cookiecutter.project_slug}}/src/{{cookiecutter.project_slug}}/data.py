@@ -17,6 +17,7 @@ which samples it happened to load.
 from __future__ import annotations
 
 import random
+import signal
 from collections.abc import Iterator
 
 import numpy as np
@@ -154,6 +155,9 @@ def seed_worker(worker_id: int) -> None:
     worker_seed = torch.initial_seed() % 2**32
     random.seed(worker_seed)
     np.random.seed(worker_seed)
+    # Ctrl-C reaches every process of the terminal's group, workers included. Let the main process
+    # alone handle it (finish the step, write a checkpoint); it shuts the workers down after.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def make_loader(

@@ -2,44 +2,61 @@
 
     python -m {{ cookiecutter.project_slug }}.train --seed 42 --out runs/a
     python -m {{ cookiecutter.project_slug }}.train --seed 42 --out runs/b   # same weights_sha256
+    python -m {{ cookiecutter.project_slug }}.train --out runs/a --resume    # after a crash or preemption
 
 The run folder holds:
     config.json       every setting of the run (the single source of truth for its result)
     environment.json  versions, devices, determinism flags and environment variables in effect
     metrics.csv       one row per optimizer step (split=train) and per evaluation (split=val)
+    checkpoints/      the last few checkpoints, for --resume
     model.pt          the final state_dict (load it with torch.load(..., weights_only=True))
     summary.json      seed, weights_sha256, train_seconds and the final evaluation metrics
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
-import json
 import os
-import platform
-import shutil
-import subprocess
 import sys
-import time
-from pathlib import Path
 
-import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import nn
-from torch.utils.data import DataLoader
-from tqdm import tqdm
+from .utils.hashseed import hash_seed_in_effect, relaunch_with_hash_seed
 
-from .data import NUM_CLASSES, ImageDataset, load_arrays, make_loader, split
-from .model import Net
-from .utils.device import available_devices, select_device, to_device
-from .utils.repro import (
+DEFAULT_SEED = {{ cookiecutter.seed }}
+
+if __name__ == "__main__":
+    # PYTHONHASHSEED is read once, when the interpreter starts, so the training process relaunches
+    # itself with the value derived from --seed. Doing it here, before torch is imported, makes
+    # it cheap. A set of strings then iterates in one order, whatever the launching shell had set.
+    relaunch_with_hash_seed(sys.argv[1:], DEFAULT_SEED)
+
+import argparse  # noqa: E402  (after the relaunch above, on purpose)
+import csv  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from .checkpoint import atomic_write, atomic_write_text, load_latest_checkpoint, save_checkpoint  # noqa: E402
+from .data import NUM_CLASSES, ImageDataset, load_arrays, make_loader, split  # noqa: E402
+from .model import Net  # noqa: E402
+from .utils.device import available_devices, select_device, to_device  # noqa: E402
+from .utils.repro import (  # noqa: E402
     DETERMINISM_MODES,
     MAX_SEED,
-    check_seed,
+    capture_rng_state,
     configure_determinism,
     determinism_flags,
+    restore_rng_state,
     seed_everything,
     state_dict_sha256,
 )
@@ -48,6 +65,9 @@ PROG = "python -m {{ cookiecutter.project_slug }}.train"
 DATASET = {{ cookiecutter.dataset|tojson }}
 RUN_FILES = ("config.json", "environment.json", "metrics.csv", "model.pt", "summary.json")
 METRIC_FIELDS = ("epoch", "step", "split", "loss", "accuracy")
+# Settings that change how a run executes but not what it computes (the tests prove it for the
+# worker settings): a resumed run may change them. Every other setting must match to resume.
+EXECUTION_ONLY = ("num_workers", "persistent_workers", "prefetch_factor", "checkpoint_every")
 # Environment variables that change results or say how they were obtained; recorded per run.
 RECORDED_ENV = (
     "CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES", "PYTHONHASHSEED",
@@ -86,13 +106,17 @@ def _positive_float(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Train the example model reproducibly.",
                                      allow_abbrev=False)  # --epoch must not quietly mean --epochs
-    parser.add_argument("--seed", type=_int_in(0, MAX_SEED), default={{ cookiecutter.seed }},
-                        help="seeds every generator (default: %(default)s)")
+    parser.add_argument("--seed", type=_int_in(0, MAX_SEED), default=DEFAULT_SEED,
+                        help="seeds every generator, and PYTHONHASHSEED (default: %(default)s)")
     parser.add_argument("--epochs", type=_int_in(1), default=5)
     parser.add_argument("--batch-size", type=_int_in(1), default=64)
     parser.add_argument("--lr", type=_positive_float, default=0.05, help="peak learning rate")
     parser.add_argument("--num-workers", type=_int_in(0), default=0,
                         help="DataLoader worker processes; the result does not depend on it")
+    parser.add_argument("--persistent-workers", action="store_true",
+                        help="keep workers alive between epochs; the result does not depend on it")
+    parser.add_argument("--prefetch-factor", type=_int_in(1), default=None,
+                        help="batches each worker loads ahead; the result does not depend on it")
     parser.add_argument("--threads", type=_int_in(1), default=1,
                         help="CPU threads for torch's intra-op parallelism; part of the config "
                              "because results can depend on it (default: %(default)s, not the "
@@ -101,18 +125,32 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--deterministic", choices=DETERMINISM_MODES,
                         default={{ cookiecutter.determinism|tojson }},
                         help="strict: error on a non-deterministic op; warn: warn; off: fastest")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="run folder (default: runs/seed<SEED>)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the run already in --out")
+    parser.add_argument("--eval-every", type=_int_in(0), default=1,
+                        help="evaluate every K epochs (0: only at the end); trained weights do not depend on it")
+    parser.add_argument("--checkpoint-every", type=_int_in(0), default=50,
+                        help="save a checkpoint every N optimizer steps (0: only at epoch ends)")
+    parser.add_argument("--out", type=Path, default=None, help="run folder (default: runs/seed<SEED>)")
+    parser.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out from its newest intact checkpoint")
     # One clear line and exit 2 for a user's mistake, instead of the usage block.
     parser.error = lambda message: parser.exit(2, f"{PROG}: error: {message}\n")
     return parser
 
 
+def explicit_flags(argv: list[str] | None) -> set[str]:
+    """The settings the user typed, as opposed to defaults. argparse fills in a default only where
+    the namespace has no value yet, so a namespace pre-filled with a marker shows what was typed."""
+    parser = build_parser()
+    untyped = object()
+    names = vars(parser.parse_args([]))
+    namespace = parser.parse_args(argv, namespace=argparse.Namespace(**dict.fromkeys(names, untyped)))
+    return {name for name, value in vars(namespace).items() if value is not untyped}
+
+
 def make_config(args: argparse.Namespace) -> dict:
-    """Every setting that can change the result. Two runs with equal configs (and environments)
-    give equal weights; where a run writes its files is not part of that."""
+    """Every setting of the run. Equal result-affecting settings (all but EXECUTION_ONLY), on an
+    equal environment, give equal weights; where a run writes its files is not part of that."""
     return {
         "seed": args.seed,
         "epochs": args.epochs,
@@ -120,14 +158,34 @@ def make_config(args: argparse.Namespace) -> dict:
         "lr": args.lr,
         "momentum": 0.9,
         "weight_decay": 5e-4,
-        "num_workers": args.num_workers,
         "threads": args.threads,
         "device": args.device,
         "deterministic": args.deterministic,
+        "eval_every": args.eval_every,
         "dataset": DATASET,
         "width": 32,
         "dropout": 0.25,
+        "num_workers": args.num_workers,
+        "persistent_workers": args.persistent_workers,
+        "prefetch_factor": args.prefetch_factor,
+        "checkpoint_every": args.checkpoint_every,
     }
+
+
+def resume_config(recorded: dict, requested: dict, explicit: set[str]) -> tuple[dict, list[str]]:
+    """The config to resume with, and the result-affecting keys where the request contradicts the
+    recorded run. Flags the user did not type take the recorded values."""
+    flags = set(vars(build_parser().parse_args([])))
+    config = dict(recorded)
+    differing = []
+    for key, value in requested.items():
+        if key in flags and key not in explicit:  # neither typed nor fixed by the code
+            continue
+        if key in EXECUTION_ONLY:
+            config[key] = value
+        elif recorded.get(key) != value:
+            differing.append(f"{key} (recorded {recorded.get(key)!r}, given {value!r})")
+    return config, differing
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,19 +235,38 @@ def prepare_out_dir(out: Path, overwrite: bool) -> str | None:
     """Returns a refusal message, or None once `out` is ready. Never touches a run unless asked."""
     if out.exists() and not out.is_dir():
         return f"--out {out} exists and is not a folder"
-    existing = [name for name in RUN_FILES if (out / name).exists()]
+    existing = [name for name in (*RUN_FILES, "checkpoints") if (out / name).exists()]
     if existing and not overwrite:
         return (f"--out {out} already holds a run ({', '.join(existing)}); "
-                "pass --overwrite to replace it, or choose another --out")
+                "pass --resume to continue it, --overwrite to replace it, or choose another --out")
     for name in existing:
-        (out / name).unlink()
-    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+        if (out / name).is_dir():
+            shutil.rmtree(out / name)
+        else:
+            (out / name).unlink()
     out.mkdir(parents=True, exist_ok=True)
     return None
 
 
+def read_recorded_config(out: Path) -> tuple[dict | None, str | None]:
+    try:
+        return json.loads((out / "config.json").read_text(encoding="utf-8")), None
+    except FileNotFoundError:
+        return None, f"--resume: {out} holds no run to resume (no config.json)"
+    except (OSError, ValueError) as error:
+        return None, f"--resume: {out / 'config.json'} is unreadable ({error})"
+
+
 def write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def keep_metrics_rows(path: Path, rows: int) -> None:
+    """Cuts metrics.csv back to its header and first `rows` rows: those the checkpoint had seen.
+    Rows written after it, possibly torn by a kill, are written again by the resumed run."""
+    with open(path, newline="", encoding="utf-8") as file:
+        kept = file.read().splitlines(keepends=True)[: 1 + rows]
+    atomic_write_text(path, "".join(kept))
 
 
 def git_commit() -> str | None:
@@ -219,10 +296,28 @@ def describe_environment(device: torch.device) -> dict:
                         else platform.processor() or platform.machine()),
         "available_devices": available_devices(),
         "intra_op_threads": torch.get_num_threads(),
+        "python_hash_seed": hash_seed_in_effect(),
         "determinism": determinism_flags(),
         "environment_variables": {name: os.environ.get(name) for name in RECORDED_ENV},
         "git_commit": git_commit(),
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Stopping cleanly on SIGTERM (schedulers, preemption) and Ctrl-C
+# ---------------------------------------------------------------------------------------------
+
+def install_stop_handlers(stop: dict) -> dict:
+    """The first SIGTERM or SIGINT asks the loop to stop after the current step; a second one exits
+    at once. Returns the previous handlers, to restore."""
+
+    def request_stop(signum: int, frame) -> None:
+        if stop.get("signal") is not None:
+            print(f"{signal.Signals(signum).name} again: exiting now, without a checkpoint", file=sys.stderr)
+            raise SystemExit(128 + signum)
+        stop["signal"] = signum
+
+    return {signum: signal.signal(signum, request_stop) for signum in (signal.SIGTERM, signal.SIGINT)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,18 +327,36 @@ def describe_environment(device: torch.device) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    config = make_config(args)
-    out = args.out if args.out is not None else Path("runs") / f"seed{config['seed']}"
+    out = args.out if args.out is not None else Path("runs") / f"seed{args.seed}"
 
     # Every check of the user's input comes first, before any global state changes: a mistake
     # gets one line and exit 2, and an earlier run in --out is never touched.
+    resumed = None
+    if args.resume:
+        if args.overwrite:
+            parser.error("--resume and --overwrite contradict each other: choose one")
+        recorded, problem = read_recorded_config(out)
+        if problem:
+            parser.error(problem)
+        if (out / "summary.json").exists():
+            print(f"the run in {out} is complete (summary.json exists): nothing to resume")
+            return 0
+        config, differing = resume_config(recorded, make_config(args), explicit_flags(argv))
+        if differing:
+            parser.error(f"--resume: the run in {out} was made with other settings: {'; '.join(differing)}")
+        resumed = load_latest_checkpoint(out / "checkpoints")
+        if resumed is None:
+            parser.error(f"--resume: no intact checkpoint in {out / 'checkpoints'}; start again with --overwrite")
+    else:
+        config = make_config(args)
     try:
         device = select_device(config["device"])  # only asks what exists; CUDA stays uninitialised
     except ValueError as error:
         parser.error(str(error))
-    refusal = prepare_out_dir(out, args.overwrite)
-    if refusal:
-        parser.error(refusal)
+    if not args.resume:
+        refusal = prepare_out_dir(out, args.overwrite)
+        if refusal:
+            parser.error(refusal)
 
     # 1. Determinism before anything touches the GPU: CUDA reads CUBLAS_WORKSPACE_CONFIG once.
     configure_determinism(config["deterministic"])
@@ -251,52 +364,112 @@ def main(argv: list[str] | None = None) -> int:
     #    (one thread per core) would make results depend on the machine.
     torch.set_num_threads(config["threads"])
     # 3. Seeds last, right before the first draw: model initialisation.
-    seed_everything(check_seed(config["seed"]))
+    seed_everything(config["seed"])
 
     train_arrays, val_arrays = split(*load_arrays(config["dataset"], config["seed"]), config["seed"])
     train_set = ImageDataset(*train_arrays, seed=config["seed"], train=True)
     val_set = ImageDataset(*val_arrays, seed=config["seed"], train=False)
-    train_loader = make_loader(train_set, config["batch_size"], config["seed"], shuffle=True,
-                               num_workers=config["num_workers"])
-    val_loader = make_loader(val_set, 256, config["seed"], shuffle=False,
-                             num_workers=config["num_workers"])
+    loader_options = {"num_workers": config["num_workers"], "persistent_workers": config["persistent_workers"],
+                      "prefetch_factor": config["prefetch_factor"]}
+    train_loader = make_loader(train_set, config["batch_size"], config["seed"], shuffle=True, **loader_options)
+    val_loader = make_loader(val_set, 256, config["seed"], shuffle=False, **loader_options)
 
     model = Net(NUM_CLASSES, width=config["width"], dropout=config["dropout"]).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=config["momentum"],
                                 weight_decay=config["weight_decay"])
-    total_steps = config["epochs"] * len(train_loader)
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config["lr"], total_steps=total_steps)
+    steps_per_epoch = math.ceil(len(train_set) / config["batch_size"])
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config["lr"],
+                                                    total_steps=config["epochs"] * steps_per_epoch)
 
-    write_json(out / "config.json", config)
-    write_json(out / "environment.json", describe_environment(device))
+    # Where the loop starts: the beginning, or the checkpoint's exact position.
+    start_epoch, start_batch, step, rows, seconds_before = 0, 0, 0, 0, 0.0
+    generator_state = None
+    if resumed is not None:
+        state, path = resumed
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        start_epoch, start_batch, step = state["epoch"], state["batch"], state["step"]
+        rows, seconds_before = state["metrics_rows"], state["train_seconds"]
+        generator_state = state["loader_generator"]
+        keep_metrics_rows(out / "metrics.csv", rows)
+        restore_rng_state(state["rng"])  # last: building the model above drew random numbers too
+        print(f"resuming from {path} (epoch {start_epoch + 1}, step {step})", flush=True)
+    else:
+        write_json(out / "config.json", config)
+        write_json(out / "environment.json", describe_environment(device))
+        atomic_write_text(out / "metrics.csv", ",".join(METRIC_FIELDS) + "\n")
+
+    def checkpoint(epoch: int, batch: int) -> Path:
+        metrics_file.flush()
+        os.fsync(metrics_file.fileno())  # the rows a checkpoint counts are on disk before it is
+        return save_checkpoint(out / "checkpoints", {
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "rng": capture_rng_state(), "loader_generator": epoch_generator_state,
+            "epoch": epoch, "batch": batch, "step": step, "metrics_rows": rows,
+            "train_seconds": seconds_before + time.perf_counter() - start, "config": config,
+        })
+
+    def write_row(epoch: int, split_name: str, loss: float, accuracy: float) -> None:
+        nonlocal rows
+        # repr() of a float round-trips exactly, so two runs compare bit for bit.
+        metrics.writerow({"epoch": epoch, "step": step, "split": split_name, "loss": repr(loss),
+                          "accuracy": repr(accuracy)})
+        rows += 1
+
+    stop: dict = {}
+    previous_handlers = install_stop_handlers(stop)
     interactive = sys.stderr.isatty()
-    step = 0
     start = time.perf_counter()
-    with open(out / "metrics.csv", "w", newline="", encoding="utf-8") as metrics_file:
-        metrics = csv.DictWriter(metrics_file, fieldnames=METRIC_FIELDS)
-        metrics.writeheader()
-        model.train()
-        for epoch in range(config["epochs"]):
-            train_loader.sampler.set_epoch(epoch)
-            for batch in tqdm(train_loader, desc=f"epoch {epoch + 1}/{config['epochs']}",
-                              disable=not interactive, leave=False):
-                loss, accuracy = train_one_step(model, batch, optimizer, scheduler, device)
-                step += 1
-                # repr() of a float round-trips exactly, so two runs compare bit for bit.
-                metrics.writerow({"epoch": epoch, "step": step, "split": "train",
-                                  "loss": repr(loss), "accuracy": repr(accuracy)})
-            result = evaluate(model, val_loader, device)
-            metrics.writerow({"epoch": epoch, "step": step, "split": "val",
-                              "loss": repr(result["loss"]), "accuracy": repr(result["accuracy"])})
-            metrics_file.flush()
-            print(f"epoch {epoch + 1}/{config['epochs']}  step {step}  "
-                  f"val_loss {result['loss']:.4f}  val_accuracy {result['accuracy']:.4f}", flush=True)
-    train_seconds = time.perf_counter() - start
+    result = None
+    try:
+        with open(out / "metrics.csv", "a", newline="", encoding="utf-8") as metrics_file:
+            metrics = csv.DictWriter(metrics_file, fieldnames=METRIC_FIELDS)
+            model.train()
+            for epoch in range(start_epoch, config["epochs"]):
+                first_batch = start_batch if epoch == start_epoch else 0
+                # The loader draws its workers' base seed from its own generator when an epoch's
+                # iterator starts; a resumed epoch restores the state it had at that moment.
+                if generator_state is not None and epoch == start_epoch:
+                    train_loader.generator.set_state(generator_state)
+                epoch_generator_state = train_loader.generator.get_state()
+                train_loader.sampler.set_epoch(epoch, start=first_batch * config["batch_size"])
+                batch_index = first_batch
+                for batch in tqdm(train_loader, desc=f"epoch {epoch + 1}/{config['epochs']}",
+                                  disable=not interactive, leave=False):
+                    loss, accuracy = train_one_step(model, batch, optimizer, scheduler, device)
+                    step += 1
+                    batch_index += 1
+                    write_row(epoch, "train", loss, accuracy)
+                    end_of_epoch = batch_index == steps_per_epoch
+                    every = config["checkpoint_every"]
+                    if stop.get("signal") is not None or (every and step % every == 0 and not end_of_epoch):
+                        path = checkpoint(epoch, batch_index)
+                    if stop.get("signal") is not None:
+                        name = signal.Signals(stop["signal"]).name
+                        print(f"{name}: stopped after step {step}, checkpoint {path}; continue with: "
+                              f"{PROG} --out {out} --resume", file=sys.stderr)
+                        return 128 + stop["signal"]
+                last_epoch = epoch == config["epochs"] - 1
+                if last_epoch or (config["eval_every"] and (epoch + 1) % config["eval_every"] == 0):
+                    result = evaluate(model, val_loader, device)
+                    write_row(epoch, "val", result["loss"], result["accuracy"])
+                    print(f"epoch {epoch + 1}/{config['epochs']}  step {step}  val_loss {result['loss']:.4f}  "
+                          f"val_accuracy {result['accuracy']:.4f}", flush=True)
+                epoch_generator_state = train_loader.generator.get_state()
+                checkpoint(epoch + 1, 0)
+    finally:
+        for signum, handler in previous_handlers.items():
+            signal.signal(signum, handler)
+    train_seconds = seconds_before + time.perf_counter() - start
 
-    torch.save(model.state_dict(), out / "model.pt")
+    if result is None:  # resumed after the last epoch's training, before its evaluation finished
+        result = evaluate(model, val_loader, device)
+    weights = model.state_dict()
+    atomic_write(out / "model.pt", lambda file: torch.save(weights, file))
     summary = {
         "seed": config["seed"],
-        "weights_sha256": state_dict_sha256(model.state_dict()),
+        "weights_sha256": state_dict_sha256(weights),
         "train_seconds": train_seconds,
         "steps": step,
         "val_loss": result["loss"],

@@ -84,7 +84,8 @@ def configure_determinism(mode: str) -> None:
     if mode not in DETERMINISM_MODES:
         raise ValueError(f"determinism mode must be one of {', '.join(DETERMINISM_MODES)}, not {mode!r}")
     if mode == "off":
-        torch.use_deterministic_algorithms(False)
+        if torch.are_deterministic_algorithms_enabled():  # the call costs seconds (see the README)
+            torch.use_deterministic_algorithms(False)
         torch.backends.cudnn.deterministic = False
         torch.backends.cudnn.benchmark = False  # PyTorch's default too
         return
@@ -144,3 +145,31 @@ def state_dict_sha256(state_dict: Mapping[str, torch.Tensor]) -> str:
         digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
+
+
+def capture_rng_state() -> dict:
+    """Every global generator's state, in forms that torch.load(..., weights_only=True) accepts.
+
+    Saved in each checkpoint so that a resumed run draws the same dropout masks (torch), and the
+    same numbers in any user code that calls random or np.random, as the run that never stopped.
+    """
+    _, key, position, has_gauss, cached_gauss = np.random.get_state(legacy=True)
+    return {
+        "python": random.getstate(),
+        "numpy": {"key": key.tolist(), "pos": int(position), "has_gauss": int(has_gauss),
+                  "cached_gaussian": float(cached_gauss)},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def restore_rng_state(state: dict) -> None:
+    """The inverse of capture_rng_state. Call it last before training resumes: building the model
+    and the optimizer draws random numbers too, and would move the generators on again."""
+    random.setstate(state["python"])
+    numpy_state = state["numpy"]
+    np.random.set_state(("MT19937", np.array(numpy_state["key"], dtype=np.uint32), numpy_state["pos"],
+                         numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"]:
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,59 @@
+"""Fixing Python's string hashing for the training process. Standard library only, on purpose.
+
+Python salts `hash()` of str and bytes with a random value chosen when the interpreter starts,
+so iterating a set of strings gives another order in each process. The salt comes from the
+PYTHONHASHSEED environment variable, read once, at start-up: the popular
+`os.environ["PYTHONHASHSEED"] = "0"` inside a script changes nothing for that script.
+
+The only way to fix it for this process is to start the interpreter again with the variable set.
+`relaunch_with_hash_seed` does that, with os.execv: the same process id (so torchrun and job
+schedulers keep tracking it), the same arguments, the variable added. It runs before torch is
+imported, so the relaunch costs a bare interpreter start (about a tenth of a second), not a
+second import of torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+RELAUNCH_MARKER = "REPRO_RELAUNCHED_FOR_HASH_SEED"
+
+
+def hash_seed_for(seed: int) -> str:
+    """The PYTHONHASHSEED for a run: the run's seed itself (both range over 0 .. 2**32-1)."""
+    return str(seed)
+
+
+def hash_seed_in_effect() -> str:
+    """What this interpreter's string hashing uses: a number, or 'random'."""
+    if sys.flags.ignore_environment or not os.environ.get("PYTHONHASHSEED"):
+        return "random"
+    return os.environ["PYTHONHASHSEED"]
+
+
+def relaunch_with_hash_seed(argv: list[str], default_seed: int) -> None:
+    """Re-executes this interpreter with PYTHONHASHSEED derived from `--seed`, unless it is in effect.
+
+    Returns when nothing needs doing. An invalid --seed is left for the real parser to report.
+    """
+    relaunched = os.environ.pop(RELAUNCH_MARKER, None)  # children (workers, subprocesses) start clean
+    probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    probe.add_argument("--seed", default=str(default_seed))
+    seed_text = probe.parse_known_args(argv)[0].seed
+    if not seed_text.isdigit() or int(seed_text) > 2**32 - 1:
+        return
+    wanted = hash_seed_for(int(seed_text))
+    if hash_seed_in_effect() == wanted:
+        return
+    if sys.flags.ignore_environment or relaunched:
+        # `python -E` ignores PYTHONHASHSEED; relaunching would loop. Carry on, recorded as 'random'.
+        print(f"warning: cannot fix PYTHONHASHSEED={wanted} (python -E ignores it); string hashing stays random",
+              file=sys.stderr)
+        return
+    os.environ["PYTHONHASHSEED"] = wanted
+    os.environ[RELAUNCH_MARKER] = "1"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])

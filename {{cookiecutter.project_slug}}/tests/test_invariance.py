@@ -1,0 +1,70 @@
+"""Specifications: the weights depend on the config alone, not on how the run was executed.
+
+Each comparison has its negative control (another seed differs) in test_train.py; here the
+control is repeated where a test could otherwise pass by comparing a run with itself.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import PACKAGE, python_env
+
+STRINGS = "{'alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta', 'eta', 'theta'}"
+
+
+def test_the_worker_count_changes_no_loss_and_no_weight(runs):
+    reference = runs["seed7"]
+    for name in ("seed7_workers2", "seed7_workers3"):
+        assert runs[name].config["num_workers"] != reference.config["num_workers"]
+        assert runs[name].train_losses == reference.train_losses, name
+        assert runs[name].weights == reference.weights, name
+    assert runs["seed8"].weights != reference.weights
+
+
+def test_persistent_workers_and_prefetch_factor_change_no_weight(runs):
+    run = runs["seed7_workers2_persistent"]
+    assert run.config["persistent_workers"] and run.config["prefetch_factor"] == 4
+    assert run.train_losses == runs["seed7"].train_losses
+    assert run.weights == runs["seed7"].weights
+
+
+def test_how_often_evaluation_runs_changes_no_trained_weight(runs):
+    never, every_epoch = runs["seed7_eval_never"], runs["seed7"]
+    assert [r["split"] for r in never.metrics].count("val") == 1  # only the final evaluation
+    assert [r["split"] for r in every_epoch.metrics].count("val") == 2
+    assert never.train_losses == every_epoch.train_losses
+    assert never.weights == every_epoch.weights
+    assert never.metrics[-1] == every_epoch.metrics[-1]  # the final evaluation agrees too
+
+
+def test_the_training_process_hashes_strings_with_the_seed_whatever_the_shell_had(runs):
+    assert runs["seed7"].environment["python_hash_seed"] == "7"  # launched with none set
+    assert runs["seed7_again"].environment["python_hash_seed"] == "7"  # launched with 123
+    assert runs["seed7"].weights == runs["seed7_again"].weights
+    assert runs["seed8"].environment["python_hash_seed"] == "8"
+
+
+def set_order(code: str, shell_hash_seed: str) -> str:
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env=python_env(PYTHONHASHSEED=shell_hash_seed))
+    return result.stdout
+
+
+def test_a_set_of_strings_iterates_in_one_order_from_shells_with_different_hash_seeds():
+    relaunched = (f"from {PACKAGE}.utils.hashseed import relaunch_with_hash_seed\n"
+                  f"relaunch_with_hash_seed(['--seed', '7'], default_seed=0)\n"
+                  f"print(list({STRINGS}))")
+    assert set_order(relaunched, "1") == set_order(relaunched, "2")
+
+
+def test_negative_control_plain_interpreters_with_those_hash_seeds_iterate_differently():
+    plain = f"print(list({STRINGS}))"
+    assert set_order(plain, "1") != set_order(plain, "2")
+
+
+def test_the_thread_count_in_effect_is_the_configured_one(runs):
+    assert runs["seed7_threads2"].config["threads"] == 2
+    assert runs["seed7_threads2"].environment["intra_op_threads"] == 2
+    assert runs["seed7"].environment["intra_op_threads"] == runs["seed7"].config["threads"] == 1
