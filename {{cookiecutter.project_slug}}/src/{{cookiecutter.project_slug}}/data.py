@@ -2,9 +2,8 @@
 
 The design that makes runs repeat, whatever the number of workers:
 - The order of an epoch is a function of (seed, epoch) alone (EpochSampler).
-- A sample's augmentation is a function of (seed, epoch, sample index) alone: each sample gets its
-  own generators, seeded from those three numbers (sample_generators). Which worker process loads
-  it, and what that worker loaded before, no longer matter.
+- A sample's augmentation is a function of (seed, epoch, sample index) alone (epoch_augmentation).
+  Which worker process loads it, and what that worker loaded before, no longer matter.
 - The sampler runs in the main process and hands each worker (epoch, index) pairs, so even
   persistent workers, which keep an old copy of the dataset, always know the current epoch.
 
@@ -78,18 +77,28 @@ def split(images: np.ndarray, labels: np.ndarray, seed: int) -> tuple[tuple, tup
     return (images[train], labels[train]), (images[val], labels[val])
 
 
-def sample_generators(seed: int, epoch: int, index: int) -> tuple[random.Random, np.random.Generator]:
-    """Fresh Python and NumPy generators for one sample in one epoch, whoever loads it."""
-    sample_seed = derive_seed(seed, AUGMENT_STREAM, epoch, index)
-    return random.Random(sample_seed), np.random.default_rng(sample_seed)
+def epoch_augmentation(seed: int, epoch: int, size: int, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """Every random draw of one epoch's augmentation, for all `size` samples at once.
+
+    Sample i uses row i, so its augmentation is a function of (seed, epoch, i) alone: which worker
+    loads it, and what that worker loaded before, no longer matter. Drawing the epoch in bulk is
+    the fast way to get that here: building a fresh generator for each sample costs about 15 µs,
+    more than this small augmentation itself. For large per-sample randomness (noise on big
+    images), key a generator by (seed, epoch, index) instead: `derive_seed(seed, AUGMENT_STREAM,
+    epoch, index)`; next to decoding an image its cost disappears.
+    """
+    epoch_seed = derive_seed(seed, AUGMENT_STREAM, epoch)
+    rnd, rng = random.Random(epoch_seed), np.random.default_rng(epoch_seed)
+    return {
+        "contrast": np.array([rnd.uniform(0.8, 1.2) for _ in range(size)], dtype=np.float32),  # Python's random
+        "shift": rng.integers(-1, 2, size=(size, 2)),  # NumPy: shift by up to one pixel
+        "noise": rng.normal(0.0, 0.05, size=(size, *shape)).astype(np.float32),
+    }
 
 
-def augment(image: np.ndarray, rnd: random.Random, rng: np.random.Generator) -> np.ndarray:
-    """A training augmentation that draws from Python's random and from NumPy, as real ones do."""
-    contrast = rnd.uniform(0.8, 1.2)  # Python's random
-    dy, dx = rng.integers(-1, 2, size=2)  # NumPy: shift by up to one pixel
-    image = np.roll(image, (int(dy), int(dx)), axis=(-2, -1)) * contrast
-    return (image + rng.normal(0.0, 0.05, size=image.shape)).astype(np.float32)
+def augment(image: np.ndarray, contrast: float, shift: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """A training augmentation: shift, contrast and pixel noise, all given; nothing drawn here."""
+    return np.roll(image, (int(shift[0]), int(shift[1])), axis=(-2, -1)) * contrast + noise
 
 
 class ImageDataset(Dataset):
@@ -100,6 +109,7 @@ class ImageDataset(Dataset):
         self.labels = torch.from_numpy(labels)
         self.seed = seed
         self.train = train
+        self.draws_epoch, self.draws = None, {}  # this process's copy of the current epoch's draws
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -108,7 +118,12 @@ class ImageDataset(Dataset):
         epoch, index = key
         image = self.images[index]
         if self.train:
-            image = torch.from_numpy(augment(image.numpy(), *sample_generators(self.seed, epoch, index)))
+            if self.draws_epoch != epoch:
+                self.draws = epoch_augmentation(self.seed, epoch, len(self), tuple(image.shape))
+                self.draws_epoch = epoch
+            draws = self.draws
+            image = torch.from_numpy(augment(image.numpy(), draws["contrast"][index], draws["shift"][index],
+                                             draws["noise"][index]))
         return image, self.labels[index]
 
 
@@ -149,7 +164,7 @@ def seed_worker(worker_id: int) -> None:
 
     torch seeds each worker's torch generator itself (base seed + worker id) but leaves `random`
     and NumPy as copies of the parent's state, so without this every worker would draw the same
-    "random" numbers. Our own augmentation does not need it (see sample_generators); user code
+    "random" numbers. Our own augmentation does not need it (see epoch_augmentation); user code
     that calls np.random inside a worker does.
     """
     worker_seed = torch.initial_seed() % 2**32
