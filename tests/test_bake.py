@@ -43,11 +43,13 @@ def expected_files(context: dict) -> set[str]:
     package = context["project_slug"]
     files = {
         ".gitignore", "README.md", "pyproject.toml",
-        f"src/{package}/__init__.py", f"src/{package}/checkpoint.py", f"src/{package}/data.py",
-        f"src/{package}/model.py", f"src/{package}/train.py", f"src/{package}/utils/__init__.py",
+        f"src/{package}/__init__.py", f"src/{package}/checkpoint.py", f"src/{package}/compare.py",
+        f"src/{package}/data.py", f"src/{package}/doctor.py", f"src/{package}/model.py", f"src/{package}/runs.py",
+        f"src/{package}/train.py", f"src/{package}/verify.py", f"src/{package}/utils/__init__.py",
         f"src/{package}/utils/device.py", f"src/{package}/utils/hashseed.py", f"src/{package}/utils/repro.py",
         "tests/conftest.py", "tests/test_data.py", "tests/test_device.py", "tests/test_evaluate.py",
-        "tests/test_invariance.py", "tests/test_repro.py", "tests/test_resume.py", "tests/test_train.py",
+        "tests/test_invariance.py", "tests/test_repro.py", "tests/test_resume.py", "tests/test_tools.py",
+        "tests/test_train.py",
     }
     if context["license"] != "none":
         files.add("LICENSE")

@@ -16,7 +16,7 @@ STRINGS = "{'alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta', 'eta', 'theta'
 
 def test_the_worker_count_changes_no_loss_and_no_weight(runs):
     reference = runs["seed7"]
-    for name in ("seed7_workers2", "seed7_workers3"):
+    for name in ("seed7_workers2", "seed7_workers3_eval_never"):
         assert runs[name].config["num_workers"] != reference.config["num_workers"]
         assert runs[name].train_losses == reference.train_losses, name
         assert runs[name].weights == reference.weights, name
@@ -31,7 +31,7 @@ def test_persistent_workers_and_prefetch_factor_change_no_weight(runs):
 
 
 def test_how_often_evaluation_runs_changes_no_trained_weight(runs):
-    never, every_epoch = runs["seed7_eval_never"], runs["seed7"]
+    never, every_epoch = runs["seed7_workers3_eval_never"], runs["seed7"]
     assert [r["split"] for r in never.metrics].count("val") == 1  # only the final evaluation
     assert [r["split"] for r in every_epoch.metrics].count("val") == 2
     assert never.train_losses == every_epoch.train_losses

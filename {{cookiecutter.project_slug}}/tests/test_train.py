@@ -8,7 +8,7 @@ import torch
 from {{ cookiecutter.project_slug }}.train import METRIC_FIELDS, RUN_FILES, main
 from {{ cookiecutter.project_slug }}.utils.repro import configure_determinism, state_dict_sha256
 
-from conftest import FAST, run_module
+from conftest import FAST
 
 
 def test_one_seed_in_two_fresh_processes_gives_identical_losses_and_weights(runs):
@@ -50,12 +50,14 @@ def test_a_run_folder_records_config_environment_metrics_and_summary(runs):
     assert sum(row["split"] == "val" for row in run.metrics) == run.config["epochs"]
 
 
-def test_an_out_folder_that_holds_a_run_is_refused_and_left_intact(runs):
+def test_an_out_folder_that_holds_a_run_is_refused_and_left_intact(runs, capsys):
     out = runs["seed8"].out
     before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
-    result = run_module("train", "--out", str(out), *FAST, "--seed", "8")
-    assert result.returncode != 0
-    assert "--overwrite" in result.stderr and "Traceback" not in result.stderr
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out", str(out), *FAST, "--seed", "8"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--overwrite" in err and len(err.strip().splitlines()) == 1
     assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
 
 

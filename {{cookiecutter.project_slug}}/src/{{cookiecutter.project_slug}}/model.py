@@ -11,7 +11,7 @@ from torch import nn
 
 
 class Net(nn.Module):
-    def __init__(self, num_classes: int = 10, width: int = 32, dropout: float = 0.25) -> None:
+    def __init__(self, num_classes: int = 10, width: int = 16, dropout: float = 0.25) -> None:
         super().__init__()
         self.features = nn.Sequential(
             nn.Conv2d(1, width, kernel_size=3, padding=1),

@@ -49,6 +49,7 @@ from tqdm import tqdm  # noqa: E402
 from .checkpoint import atomic_write, atomic_write_text, load_latest_checkpoint, save_checkpoint  # noqa: E402
 from .data import NUM_CLASSES, ImageDataset, load_arrays, make_loader, split  # noqa: E402
 from .model import Net  # noqa: E402
+from .runs import METRIC_FIELDS  # noqa: E402
 from .utils.device import available_devices, select_device, to_device  # noqa: E402
 from .utils.repro import (  # noqa: E402
     DETERMINISM_MODES,
@@ -56,6 +57,7 @@ from .utils.repro import (  # noqa: E402
     capture_rng_state,
     configure_determinism,
     determinism_flags,
+    explain_nondeterministic_error,
     restore_rng_state,
     seed_everything,
     state_dict_sha256,
@@ -64,7 +66,6 @@ from .utils.repro import (  # noqa: E402
 PROG = "python -m {{ cookiecutter.project_slug }}.train"
 DATASET = {{ cookiecutter.dataset|tojson }}
 RUN_FILES = ("config.json", "environment.json", "metrics.csv", "model.pt", "summary.json")
-METRIC_FIELDS = ("epoch", "step", "split", "loss", "accuracy")
 # Settings that change how a run executes but not what it computes (the tests prove it for the
 # worker settings): a resumed run may change them. Every other setting must match to resume.
 EXECUTION_ONLY = ("num_workers", "persistent_workers", "prefetch_factor", "checkpoint_every")
@@ -129,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="evaluate every K epochs (0: only at the end); trained weights do not depend on it")
     parser.add_argument("--checkpoint-every", type=_int_in(0), default=50,
                         help="save a checkpoint every N optimizer steps (0: only at epoch ends)")
+    parser.add_argument("--stop-after-steps", type=_int_in(1), default=None,
+                        help="stop after this many optimizer steps, with a checkpoint, as if interrupted "
+                             "(verify and doctor use it to check the first steps of a long run)")
     parser.add_argument("--out", type=Path, default=None, help="run folder (default: runs/seed<SEED>)")
     parser.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     parser.add_argument("--resume", action="store_true",
@@ -163,13 +167,27 @@ def make_config(args: argparse.Namespace) -> dict:
         "deterministic": args.deterministic,
         "eval_every": args.eval_every,
         "dataset": DATASET,
-        "width": 32,
+        "width": 16,
         "dropout": 0.25,
         "num_workers": args.num_workers,
         "persistent_workers": args.persistent_workers,
         "prefetch_factor": args.prefetch_factor,
         "checkpoint_every": args.checkpoint_every,
     }
+
+
+def config_to_flags(config: dict) -> list[str]:
+    """The command-line flags that reproduce `config` (settings fixed by the code have no flag)."""
+    flags = []
+    for name, default in vars(build_parser().parse_args([])).items():
+        if name not in config or name in ("out", "overwrite", "resume", "stop_after_steps"):
+            continue
+        value = config[name]
+        if isinstance(default, bool):
+            flags += [f"--{name.replace('_', '-')}"] if value else []
+        elif value is not None:
+            flags += [f"--{name.replace('_', '-')}", str(value)]
+    return flags
 
 
 def resume_config(recorded: dict, requested: dict, explicit: set[str]) -> tuple[dict, list[str]]:
@@ -443,8 +461,14 @@ def main(argv: list[str] | None = None) -> int:
                     write_row(epoch, "train", loss, accuracy)
                     end_of_epoch = batch_index == steps_per_epoch
                     every = config["checkpoint_every"]
-                    if stop.get("signal") is not None or (every and step % every == 0 and not end_of_epoch):
+                    planned_stop = step == args.stop_after_steps
+                    if stop.get("signal") is not None or planned_stop or (every and step % every == 0
+                                                                           and not end_of_epoch):
                         path = checkpoint(epoch, batch_index)
+                    if planned_stop:
+                        print(f"stopped after step {step} as asked, checkpoint {path}; continue with: "
+                              f"{PROG} --out {out} --resume")
+                        return 0
                     if stop.get("signal") is not None:
                         name = signal.Signals(stop["signal"]).name
                         print(f"{name}: stopped after step {step}, checkpoint {path}; continue with: "
@@ -458,6 +482,12 @@ def main(argv: list[str] | None = None) -> int:
                           f"val_accuracy {result['accuracy']:.4f}", flush=True)
                 epoch_generator_state = train_loader.generator.get_state()
                 checkpoint(epoch + 1, 0)
+    except RuntimeError as error:
+        explanation = explain_nondeterministic_error(error)
+        if explanation is None:
+            raise
+        print(f"{PROG}: error: {explanation}", file=sys.stderr)
+        return 1
     finally:
         for signum, handler in previous_handlers.items():
             signal.signal(signum, handler)

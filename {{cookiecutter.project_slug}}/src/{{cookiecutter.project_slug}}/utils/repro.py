@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -118,6 +119,16 @@ def _require_cublas_workspace_config() -> None:
             f"tensor goes to the GPU, or start Python with CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE_CONFIG}."
         )
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE_CONFIG
+
+
+def explain_nondeterministic_error(error: BaseException) -> str | None:
+    """One line that names the op strict mode refused, and the ways out; None for other errors."""
+    match = re.search(r"(\S+) does not have a deterministic implementation", str(error))
+    if match is None:
+        return None
+    return (f"the op {match.group(1)} has no deterministic implementation on this device, so strict mode "
+            "stopped. Options: --deterministic warn (run it anyway, warn, and lose the bitwise guarantee); "
+            "replace the op with one that has a deterministic kernel; or run on the CPU, where more ops have one")
 
 
 def determinism_flags() -> dict[str, object]:

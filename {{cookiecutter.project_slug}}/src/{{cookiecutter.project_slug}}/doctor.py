@@ -1,0 +1,176 @@
+"""Checks whether this machine and these settings can give bitwise repeatable runs.
+
+    python -m {{ cookiecutter.project_slug }}.doctor [--deterministic strict] [--device auto] [--quick]
+
+Reports versions and devices; the determinism settings in effect; environment variables set too
+late to matter, and CUDA initialised too early; which ops would stop a strict run on this device,
+and what to do about them. Then (unless --quick) trains a few steps twice, in two fresh processes,
+and checks that both give the same losses and weights, bit for bit. Exit 0 when all is well.
+
+`late_environment_problems()` can also be called from your own code, first thing in main().
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .runs import start_training
+from .utils.device import available_devices, select_device
+from .utils.repro import (
+    DETERMINISM_MODES,
+    configure_determinism,
+    determinism_flags,
+    explain_nondeterministic_error,
+    state_dict_sha256,
+)
+
+PACKAGE = "{{ cookiecutter.project_slug }}"
+PROG = f"python -m {PACKAGE}.doctor"
+# Variables read once: PYTHONHASHSEED when Python starts, the CUDA ones when CUDA initialises.
+READ_AT_START = ("PYTHONHASHSEED",)
+READ_AT_CUDA_INIT = ("CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES")
+
+
+def initial_environment() -> dict[str, str] | None:
+    """The environment this process started with (Linux keeps it in /proc); None where unknown."""
+    try:
+        raw = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return None
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
+
+
+def late_environment_problems() -> list[str]:
+    """Variables changed in os.environ after the moment they were read, and CUDA started too early."""
+    problems = []
+    initial = initial_environment()
+    cuda_started = torch.cuda.is_initialized()
+    if initial is not None:
+        for name in READ_AT_START + READ_AT_CUDA_INIT:
+            if os.environ.get(name) == initial.get(name):
+                continue
+            if name in READ_AT_START:
+                problems.append(f"{name} was set to {os.environ.get(name)!r} after Python started: it has no "
+                                "effect on this process (set it in the shell; train.py relaunches itself instead)")
+            elif cuda_started:
+                problems.append(f"{name} was set to {os.environ.get(name)!r} after CUDA initialised: it has no "
+                                "effect (set it before any tensor goes to the GPU, or in the shell)")
+    if cuda_started:
+        problems.append("CUDA is already initialised in this process: CUBLAS_WORKSPACE_CONFIG and "
+                        "CUDA_VISIBLE_DEVICES can no longer change; configure determinism before touching the GPU")
+    return problems
+
+
+def probe_ops(device: torch.device) -> dict[str, str]:
+    """Ops without a deterministic implementation on some device: which ones refuse here, and why."""
+    def ones(*shape: int) -> torch.Tensor:
+        return torch.ones(*shape, device=device)
+
+    def pooled():
+        return torch.nn.functional.max_pool2d(torch.rand(1, 1, 4, 4, device=device), 2, return_indices=True)
+
+    def interpolate_backward():
+        x = torch.rand(1, 1, 4, 4, device=device, requires_grad=True)
+        torch.nn.functional.interpolate(x, scale_factor=2, mode="bilinear").sum().backward()
+
+    ops = {
+        "max_unpool2d": lambda: torch.nn.functional.max_unpool2d(*pooled(), 2),
+        "Tensor.put_": lambda: ones(4).put_(torch.tensor([0, 0], device=device), ones(2)),
+        "Tensor.index_add_": lambda: ones(3).index_add_(0, torch.tensor([0, 0], device=device), ones(2)),
+        "Tensor.scatter_add_": lambda: ones(3).scatter_add_(0, torch.tensor([0, 0], device=device), ones(2)),
+        "interpolate(bilinear) backward": interpolate_backward,
+        "histc": lambda: torch.histc(ones(8)),
+        "bincount(weights)": lambda: torch.bincount(torch.tensor([0, 1], device=device), weights=ones(2)),
+    }
+    refused = {}
+    for name, op in ops.items():
+        try:
+            op()
+        except RuntimeError as error:
+            explanation = explain_nondeterministic_error(error)
+            if explanation is not None:
+                refused[name] = explanation
+    return refused
+
+
+def trial_run(out: Path, mode: str, device: str, steps: int) -> subprocess.Popen:
+    return start_training("--out", str(out), "--epochs", "1", "--deterministic", mode, "--device", device,
+                          "--stop-after-steps", str(steps), "--checkpoint-every", "0")
+
+
+def trial_fingerprint(out: Path) -> str:
+    """sha256 of the trial's metrics and of the weights in its checkpoint."""
+    checkpoint = sorted((out / "checkpoints").glob("step-*.pt"))[-1]
+    weights = torch.load(checkpoint, map_location="cpu", weights_only=True)["model"]
+    metrics = hashlib.sha256((out / "metrics.csv").read_bytes()).hexdigest()
+    return f"metrics {metrics[:16]} weights {state_dict_sha256(weights)[:16]}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description="Check this machine for reproducible training.",
+                                     allow_abbrev=False)
+    parser.add_argument("--deterministic", choices=DETERMINISM_MODES, default={{ cookiecutter.determinism|tojson }})
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--steps", type=int, default=5, help="steps of each trial run")
+    parser.add_argument("--quick", action="store_true", help="skip the two trial runs")
+    parser.error = lambda message: parser.exit(2, f"{PROG}: error: {message}\n")
+    args = parser.parse_args(argv)
+    problems = late_environment_problems()  # first, before this process changes anything
+    try:
+        device = select_device(args.device)
+    except ValueError as error:
+        parser.error(str(error))
+
+    print(f"python {sys.version.split()[0]}  torch {torch.__version__}  numpy {np.__version__}  "
+          f"CUDA {torch.version.cuda}  cuDNN {torch.backends.cudnn.version() if torch.cuda.is_available() else None}")
+    print(f"devices: {', '.join(available_devices())}; checking {device}")
+    try:
+        configure_determinism(args.deterministic)
+    except RuntimeError as error:
+        problems.append(str(error))
+    flags = determinism_flags()
+    print("determinism in effect: " + ", ".join(f"{key}={value}" for key, value in flags.items()))
+    if args.deterministic == "off":
+        print("note: --deterministic off keeps PyTorch's defaults; on a GPU, runs may differ")
+
+    refused = probe_ops(device)
+    if refused:
+        print(f"ops that {args.deterministic} mode refuses on {device} (fine unless your model uses them):")
+        for name, explanation in refused.items():
+            print(f"  {name}: {explanation}")
+
+    if not args.quick:
+        with tempfile.TemporaryDirectory(prefix="doctor-") as scratch:
+            outs = [Path(scratch) / name for name in ("first", "second")]
+            processes = [trial_run(out, args.deterministic, str(device), args.steps) for out in outs]
+            results = [process.communicate() for process in processes]
+            failed = [err for process, (_, err) in zip(processes, results, strict=True) if process.returncode != 0]
+            if failed:
+                problems.append("a trial run failed: " + (failed[0].strip().splitlines() or ["?"])[-1])
+            else:
+                first, second = (trial_fingerprint(out) for out in outs)
+                print(f"two trial runs of {args.steps} steps in fresh processes: {first} | {second}")
+                if first != second:
+                    problems.append("two runs with one seed gave different results on this machine")
+
+    for problem in problems:
+        print(f"problem: {problem}")
+    if problems:
+        print(f"VERDICT: {len(problems)} problem(s); bitwise reproducibility is not assured here")
+        return 1
+    print("VERDICT: OK, runs repeat bit for bit here with these settings")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

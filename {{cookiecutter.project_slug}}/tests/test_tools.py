@@ -1,0 +1,120 @@
+"""Specifications of the tools users run when a rerun differs: verify, compare, doctor."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from {{ cookiecutter.project_slug }} import compare, doctor, verify
+from {{ cookiecutter.project_slug }}.utils.repro import configure_determinism
+
+
+@pytest.fixture(autouse=True)
+def restore_defaults():
+    yield
+    configure_determinism("off")  # doctor configures determinism in this process
+
+
+def tampered_copy(run, tmp_path, step: int):
+    """A copy of a run whose metrics.csv has one loss changed, at `step`."""
+    copy = shutil.copytree(run.out, tmp_path / "tampered")
+    lines = (copy / "metrics.csv").read_text().splitlines(keepends=True)
+    fields = lines[step].split(",")  # line `step` holds step `step` (line 0 is the header)
+    assert fields[1] == str(step) and fields[2] == "train"
+    fields[3] = repr(float(fields[3]) + 1e-6)
+    lines[step] = ",".join(fields)
+    (copy / "metrics.csv").write_text("".join(lines))
+    return copy
+
+
+def test_verify_reproduces_an_honest_run_and_leaves_it_untouched(runs, capsys):
+    run = runs["seed7_threads2"]
+    before = {path: path.read_bytes() for path in run.out.rglob("*") if path.is_file()}
+    assert verify.main([str(run.out)]) == 0
+    out = capsys.readouterr().out
+    assert f"REPRODUCED weights_sha256 {run.weights}" in out
+    assert "environment: the same" in out
+    assert {path: path.read_bytes() for path in run.out.rglob("*") if path.is_file()} == before
+
+
+def test_verify_names_the_step_where_a_tampered_run_diverges(runs, tmp_path, capsys):
+    copy = tampered_copy(runs["seed7"], tmp_path, step=6)
+    assert verify.main([str(copy), "--steps", "8"]) == 1
+    out = capsys.readouterr().out
+    assert "DIVERGED at step 6 (train), loss:" in out
+
+
+def test_compare_finds_identical_runs_identical(runs, capsys):
+    assert compare.main([str(runs["seed7"].out), str(runs["seed7_again"].out)]) == 0
+    assert "IDENTICAL" in capsys.readouterr().out
+
+
+def test_compare_lists_the_seed_and_the_first_divergence_of_different_runs(runs, capsys):
+    assert compare.main([str(runs["seed7"].out), str(runs["seed8"].out)]) == 1
+    out = capsys.readouterr().out
+    assert "seed: 7 -> 8" in out
+    assert "first divergence: step 1 (train), loss:" in out
+    assert runs["seed7"].weights[:22] in out and runs["seed8"].weights[:22] in out
+    assert "DIFFERENT" in out
+
+
+def test_compare_writes_a_plot_or_says_how_to_get_one(runs, tmp_path, capsys):
+    png = tmp_path / "losses.png"
+    compare.main([str(runs["seed7"].out), str(runs["seed8"].out), "--plot", str(png)])
+    out = capsys.readouterr().out
+    assert png.exists() or "pip install matplotlib" in out
+
+
+def bad_run_folders(tmp_path, good):
+    """Each kind of bad input, as a folder, with a piece of the message it must get."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    bad_config = shutil.copytree(good, tmp_path / "bad_config")
+    (bad_config / "config.json").write_text("{not json")
+    bad_metrics = shutil.copytree(good, tmp_path / "bad_metrics")
+    (bad_metrics / "metrics.csv").write_text("epoch,step,split,loss,accuracy\n0,1,train,oops,0.5\n")
+    return {
+        "missing folder": (tmp_path / "missing", "does not exist"),
+        "no run in it": (empty, "holds no run"),
+        "corrupt config.json": (bad_config, "config.json is corrupt"),
+        "corrupt metrics.csv": (bad_metrics, "metrics.csv is corrupt (line 2"),
+    }
+
+
+@pytest.mark.parametrize("tool", [verify, compare])
+def test_bad_run_folders_get_one_clear_line_and_exit_2(tool, runs, tmp_path, capsys):
+    for name, (folder, message) in bad_run_folders(tmp_path, runs["seed7"].out).items():
+        argv = [str(folder)] if tool is verify else [str(folder), str(runs["seed7"].out)]
+        with pytest.raises(SystemExit) as exit_info:
+            tool.main(argv)
+        assert exit_info.value.code == 2, name
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and message in err, f"{name}: {err}"
+
+
+def test_doctor_passes_on_this_machine(capsys):
+    assert doctor.main(["--steps", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "two trial runs of 3 steps in fresh processes" in out
+    assert "VERDICT: OK" in out
+
+
+def test_doctor_explains_the_ops_strict_mode_refuses_here(capsys):
+    doctor.main(["--quick", "--deterministic", "strict"])
+    out = capsys.readouterr().out
+    assert "max_unpool2d: the op" in out and "--deterministic warn" in out
+
+
+def test_doctor_reports_an_environment_variable_set_too_late(monkeypatch, capsys):
+    initial = (doctor.initial_environment() or {}).get("PYTHONHASHSEED")
+    monkeypatch.setenv("PYTHONHASHSEED", "1" if initial != "1" else "2")  # as the popular snippets do
+    assert doctor.main(["--quick"]) == 1
+    out = capsys.readouterr().out
+    assert "PYTHONHASHSEED was set" in out and "after Python started" in out
+    assert "VERDICT: 1 problem" in out
+
+
+def test_doctor_reports_cuda_initialised_too_early(monkeypatch, capsys):
+    monkeypatch.setattr(doctor.torch.cuda, "is_initialized", lambda: True)
+    assert any("CUDA is already initialised" in p for p in doctor.late_environment_problems())
