@@ -48,8 +48,8 @@ def expected_files(context: dict) -> set[str]:
         f"src/{package}/train.py", f"src/{package}/verify.py", f"src/{package}/utils/__init__.py",
         f"src/{package}/utils/device.py", f"src/{package}/utils/hashseed.py", f"src/{package}/utils/repro.py",
         "tests/conftest.py", "tests/test_data.py", "tests/test_device.py", "tests/test_evaluate.py",
-        "tests/test_invariance.py", "tests/test_repro.py", "tests/test_resume.py", "tests/test_tools.py",
-        "tests/test_train.py",
+        "tests/test_distributed.py", "tests/test_invariance.py", "tests/test_repro.py", "tests/test_resume.py",
+        "tests/test_tools.py", "tests/test_train.py",
     }
     if context["license"] != "none":
         files.add("LICENSE")
@@ -143,9 +143,10 @@ def test_the_license_names_the_author(baked):
         baked.context["license"]] in text
 
 
-def test_the_generated_test_suite_passes(baked):
+@pytest.mark.parametrize("selection", [[], ["-m", "distributed"]], ids=["pytest", "pytest -m distributed"])
+def test_the_generated_test_suite_passes(baked, selection):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selection],
                             cwd=baked.project_path, capture_output=True, text=True, env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert " passed" in result.stdout and " failed" not in result.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from {{ cookiecutter.project_slug }}.data import ImageDataset, load_arrays, make_loader, split
@@ -11,7 +12,9 @@ from {{ cookiecutter.project_slug }}.train import evaluate
 SEED = 5
 
 
-def trained_model_and_loader():
+@pytest.fixture(scope="module")
+def trained():
+    """A model trained a few steps (shared: evaluate must leave it unchanged, which the tests check)."""
     torch.manual_seed(SEED)
     (train_images, train_labels), (val_images, val_labels) = split(
         *load_arrays({{ cookiecutter.dataset|tojson }}, SEED), SEED)
@@ -32,8 +35,15 @@ def trained_model_and_loader():
     return model, loader
 
 
-def test_evaluate_changes_no_parameter_and_no_batchnorm_statistic():
-    model, loader = trained_model_and_loader()
+@pytest.fixture
+def trained_model_and_loader(trained):
+    model, loader = trained
+    model.train()
+    return model, loader
+
+
+def test_evaluate_changes_no_parameter_and_no_batchnorm_statistic(trained_model_and_loader):
+    model, loader = trained_model_and_loader
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     evaluate(model, loader, torch.device("cpu"))
     after = model.state_dict()
@@ -41,23 +51,24 @@ def test_evaluate_changes_no_parameter_and_no_batchnorm_statistic():
     assert any("running_mean" in name for name in before)
 
 
-def test_two_evaluations_give_identical_results():
-    model, loader = trained_model_and_loader()
+def test_two_evaluations_give_identical_results(trained_model_and_loader):
+    model, loader = trained_model_and_loader
     assert evaluate(model, loader, torch.device("cpu")) == evaluate(model, loader, torch.device("cpu"))
 
 
-def test_dropout_is_inactive_during_evaluation():
-    model, loader = trained_model_and_loader()
+def test_dropout_is_inactive_during_evaluation(trained_model_and_loader):
+    model, loader = trained_model_and_loader
     seen = []
     dropout = next(m for m in model.modules() if isinstance(m, torch.nn.Dropout))
-    dropout.register_forward_hook(lambda module, inputs, output: seen.append(
+    hook = dropout.register_forward_hook(lambda module, inputs, output: seen.append(
         (module.training, torch.equal(inputs[0], output))))
     evaluate(model, loader, torch.device("cpu"))
+    hook.remove()
     assert seen and all(not training and unchanged for training, unchanged in seen)
 
 
-def test_evaluation_restores_the_mode_it_found():
-    model, loader = trained_model_and_loader()
+def test_evaluation_restores_the_mode_it_found(trained_model_and_loader):
+    model, loader = trained_model_and_loader
     model.train()
     evaluate(model, loader, torch.device("cpu"))
     assert model.training and all(m.training for m in model.modules())
@@ -66,8 +77,8 @@ def test_evaluation_restores_the_mode_it_found():
     assert not model.training
 
 
-def test_evaluation_draws_no_random_number():
-    model, loader = trained_model_and_loader()
+def test_evaluation_draws_no_random_number(trained_model_and_loader):
+    model, loader = trained_model_and_loader
     state = torch.get_rng_state()
     evaluate(model, loader, torch.device("cpu"))
     assert torch.equal(torch.get_rng_state(), state)

@@ -130,14 +130,21 @@ class ImageDataset(Dataset):
 class EpochSampler(Sampler):
     """Yields (epoch, index) pairs in an order that is a function of (seed, epoch) alone.
 
-    Call set_epoch(e) before each epoch. `start` skips the first samples of the epoch, so that a
-    resumed run continues exactly where it stopped.
+    Call set_epoch(e) before each epoch. `start` skips this rank's first samples of the epoch, so
+    that a resumed run continues exactly where it stopped. Under torchrun, rank r of w takes every
+    w-th sample of the one shared order (r, r + w, ...). With `pad`, the order is first extended by
+    its own beginning to a multiple of w, so that every rank takes the same number of steps (their
+    gradient all-reduces must pair up); evaluation does not pad, so that no sample counts twice.
     """
 
-    def __init__(self, size: int, seed: int, shuffle: bool) -> None:
+    def __init__(self, size: int, seed: int, shuffle: bool, rank: int = 0, world_size: int = 1,
+                 pad: bool = True) -> None:
         self.size = size
         self.seed = seed
         self.shuffle = shuffle
+        self.rank = rank
+        self.world_size = world_size
+        self.pad = pad
         self.epoch = 0
         self.start = 0
 
@@ -146,17 +153,23 @@ class EpochSampler(Sampler):
         self.start = start
 
     def order(self) -> list[int]:
-        if not self.shuffle:
-            return list(range(self.size))
-        generator = torch.Generator().manual_seed(derive_seed(self.seed, SHUFFLE_STREAM, self.epoch))
-        return torch.randperm(self.size, generator=generator).tolist()
+        """This rank's indices for the current epoch, from the start of the epoch."""
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(derive_seed(self.seed, SHUFFLE_STREAM, self.epoch))
+            order = torch.randperm(self.size, generator=generator).tolist()
+        else:
+            order = list(range(self.size))
+        if self.pad and self.size % self.world_size:
+            order += order[: self.world_size - self.size % self.world_size]
+        return order[self.rank :: self.world_size]
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         epoch = self.epoch
         return iter([(epoch, index) for index in self.order()[self.start :]])
 
     def __len__(self) -> int:
-        return self.size - self.start
+        per_rank = -(-self.size // self.world_size) if self.pad else len(range(self.rank, self.size, self.world_size))
+        return per_rank - self.start
 
 
 def seed_worker(worker_id: int) -> None:
@@ -183,12 +196,15 @@ def make_loader(
     num_workers: int = 0,
     persistent_workers: bool = False,
     prefetch_factor: int | None = None,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> DataLoader:
-    """A DataLoader whose order and augmentation repeat for a seed, with any number of workers."""
+    """A DataLoader whose order and augmentation repeat for a seed, with any number of workers.
+    Under torchrun, each rank gets its share of the one order (see EpochSampler)."""
     return DataLoader(
         dataset,
         batch_size=batch_size,
-        sampler=EpochSampler(len(dataset), seed, shuffle),
+        sampler=EpochSampler(len(dataset), seed, shuffle, rank, world_size, pad=shuffle),
         num_workers=num_workers,
         worker_init_fn=seed_worker,
         # The loader draws its workers' base seed from this generator, never from the global

@@ -37,12 +37,16 @@ import shutil  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
+from contextlib import nullcontext  # noqa: E402
+from datetime import timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
@@ -152,9 +156,10 @@ def explicit_flags(argv: list[str] | None) -> set[str]:
     return {name for name, value in vars(namespace).items() if value is not untyped}
 
 
-def make_config(args: argparse.Namespace) -> dict:
+def make_config(args: argparse.Namespace, world_size: int = 1) -> dict:
     """Every setting of the run. Equal result-affecting settings (all but EXECUTION_ONLY), on an
-    equal environment, give equal weights; where a run writes its files is not part of that."""
+    equal environment, give equal weights; where a run writes its files is not part of that.
+    The world size comes from torchrun: another world size is another run (other batches)."""
     return {
         "seed": args.seed,
         "epochs": args.epochs,
@@ -169,6 +174,7 @@ def make_config(args: argparse.Namespace) -> dict:
         "dataset": DATASET,
         "width": 16,
         "dropout": 0.25,
+        "world_size": world_size,
         "num_workers": args.num_workers,
         "persistent_workers": args.persistent_workers,
         "prefetch_factor": args.prefetch_factor,
@@ -242,6 +248,10 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device) -> dict
                 count += len(labels)
     finally:
         model.train(was_training)
+    if dist.is_initialized():  # under torchrun each rank saw its own share: add them up
+        totals = torch.tensor([loss_sum, correct, count], dtype=torch.float64, device=device)
+        dist.all_reduce(totals)
+        loss_sum, correct, count = totals.tolist()
     return {"loss": loss_sum / count, "accuracy": correct / count}
 
 
@@ -249,21 +259,25 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device) -> dict
 # The run folder
 # ---------------------------------------------------------------------------------------------
 
-def prepare_out_dir(out: Path, overwrite: bool) -> str | None:
-    """Returns a refusal message, or None once `out` is ready. Never touches a run unless asked."""
+def out_dir_refusal(out: Path, overwrite: bool) -> str | None:
+    """Why a new run may not go into `out`, or None. Looks only; never touches a run."""
     if out.exists() and not out.is_dir():
         return f"--out {out} exists and is not a folder"
     existing = [name for name in (*RUN_FILES, "checkpoints") if (out / name).exists()]
     if existing and not overwrite:
         return (f"--out {out} already holds a run ({', '.join(existing)}); "
                 "pass --resume to continue it, --overwrite to replace it, or choose another --out")
-    for name in existing:
+    return None
+
+
+def clear_out_dir(out: Path) -> None:
+    """Removes the files of an earlier run (and only those: other files in `out` stay)."""
+    for name in (*RUN_FILES, "checkpoints"):
         if (out / name).is_dir():
             shutil.rmtree(out / name)
-        else:
+        elif (out / name).exists():
             (out / name).unlink()
     out.mkdir(parents=True, exist_ok=True)
-    return None
 
 
 def read_recorded_config(out: Path) -> tuple[dict | None, str | None]:
@@ -303,6 +317,8 @@ def git_commit() -> str | None:
 def describe_environment(device: torch.device) -> dict:
     cuda = torch.cuda.is_available()
     return {
+        "world_size": dist.get_world_size() if dist.is_initialized() else 1,
+        "distributed_backend": dist.get_backend() if dist.is_initialized() else None,
         "python": platform.python_version(),
         "platform": platform.platform(),
         "torch": torch.__version__,
@@ -339,16 +355,57 @@ def install_stop_handlers(stop: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# torchrun: several processes, one per device
+# ---------------------------------------------------------------------------------------------
+
+DISTRIBUTED_TIMEOUT = timedelta(minutes=5)  # a rank that stops answering fails the others, no hang
+
+
+def distributed_context() -> tuple[int, int, int]:
+    """(rank, local_rank, world_size) as torchrun sets them; (0, 0, 1) for a plain `python -m`."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def all_agree(flag: bool, device: torch.device) -> bool:
+    """True on every rank if it is true on any: ranks must stop at the same step, or the next
+    gradient all-reduce waits for a rank that has left."""
+    if not dist.is_initialized():
+        return flag
+    value = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def mean_over_ranks(values: list[float], device: torch.device) -> list[float]:
+    if not dist.is_initialized():
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor)
+    return (tensor / dist.get_world_size()).tolist()
+
+
+def rng_states_of_all_ranks() -> list[dict]:
+    """Every rank's RNG state, gathered on rank 0 (a list on rank 0, [] elsewhere)."""
+    if not dist.is_initialized():
+        return [capture_rng_state()]
+    states = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(capture_rng_state(), states, dst=0)
+    return states or []
+
+
+# ---------------------------------------------------------------------------------------------
 # main
 # ---------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    rank, local_rank, world_size = distributed_context()
     out = args.out if args.out is not None else Path("runs") / f"seed{args.seed}"
 
     # Every check of the user's input comes first, before any global state changes: a mistake
-    # gets one line and exit 2, and an earlier run in --out is never touched.
+    # gets one line and exit 2, and an earlier run in --out is never touched. Under torchrun every
+    # rank makes the same checks; only rank 0 writes.
     resumed = None
     if args.resume:
         if args.overwrite:
@@ -359,43 +416,65 @@ def main(argv: list[str] | None = None) -> int:
         if (out / "summary.json").exists():
             print(f"the run in {out} is complete (summary.json exists): nothing to resume")
             return 0
-        config, differing = resume_config(recorded, make_config(args), explicit_flags(argv))
+        config, differing = resume_config(recorded, make_config(args, world_size), explicit_flags(argv))
         if differing:
             parser.error(f"--resume: the run in {out} was made with other settings: {'; '.join(differing)}")
         resumed = load_latest_checkpoint(out / "checkpoints")
         if resumed is None:
             parser.error(f"--resume: no intact checkpoint in {out / 'checkpoints'}; start again with --overwrite")
     else:
-        config = make_config(args)
-    try:
-        device = select_device(config["device"])  # only asks what exists; CUDA stays uninitialised
-    except ValueError as error:
-        parser.error(str(error))
-    if not args.resume:
-        refusal = prepare_out_dir(out, args.overwrite)
+        config = make_config(args, world_size)
+        refusal = out_dir_refusal(out, args.overwrite)
         if refusal:
             parser.error(refusal)
+    try:
+        device = select_device(config["device"])  # only asks what exists; CUDA stays uninitialised
+        if world_size > 1 and device.type == "cuda":  # one GPU per process: the one torchrun assigned
+            device = select_device(f"cuda:{local_rank}")
+    except ValueError as error:
+        parser.error(str(error))
 
     # 1. Determinism before anything touches the GPU: CUDA reads CUBLAS_WORKSPACE_CONFIG once.
     configure_determinism(config["deterministic"])
     # 2. A fixed thread count: intra-op parallelism splits reductions by thread, so the default
     #    (one thread per core) would make results depend on the machine.
     torch.set_num_threads(config["threads"])
-    # 3. Seeds last, right before the first draw: model initialisation.
+    if world_size > 1:
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=DISTRIBUTED_TIMEOUT)
+    try:
+        if rank == 0 and resumed is None:
+            clear_out_dir(out)
+        return train(config, out, device, resumed, args.stop_after_steps)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def train(config: dict, out: Path, device: torch.device, resumed: tuple[dict, Path] | None,
+          stop_after_steps: int | None) -> int:
+    rank, world_size = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    is_main = rank == 0
+    # 3. Seeds last, right before the first draw: model initialisation. Every rank starts from
+    #    the same weights (DistributedDataParallel also copies rank 0's to the others).
     seed_everything(config["seed"])
 
     train_arrays, val_arrays = split(*load_arrays(config["dataset"], config["seed"]), config["seed"])
     train_set = ImageDataset(*train_arrays, seed=config["seed"], train=True)
     val_set = ImageDataset(*val_arrays, seed=config["seed"], train=False)
     loader_options = {"num_workers": config["num_workers"], "persistent_workers": config["persistent_workers"],
-                      "prefetch_factor": config["prefetch_factor"]}
+                      "prefetch_factor": config["prefetch_factor"], "rank": rank, "world_size": world_size}
     train_loader = make_loader(train_set, config["batch_size"], config["seed"], shuffle=True, **loader_options)
     val_loader = make_loader(val_set, 256, config["seed"], shuffle=False, **loader_options)
 
-    model = Net(NUM_CLASSES, width=config["width"], dropout=config["dropout"]).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=config["momentum"],
+    net = Net(NUM_CLASSES, width=config["width"], dropout=config["dropout"]).to(device)
+    # Under torchrun, DistributedDataParallel averages gradients across ranks after each backward.
+    model = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None) \
+        if world_size > 1 else net
+    optimizer = torch.optim.SGD(net.parameters(), lr=config["lr"], momentum=config["momentum"],
                                 weight_decay=config["weight_decay"])
-    steps_per_epoch = math.ceil(len(train_set) / config["batch_size"])
+    steps_per_epoch = math.ceil(len(train_loader.sampler) / config["batch_size"])
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config["lr"],
                                                     total_steps=config["epochs"] * steps_per_epoch)
 
@@ -404,45 +483,52 @@ def main(argv: list[str] | None = None) -> int:
     generator_state = None
     if resumed is not None:
         state, path = resumed
-        model.load_state_dict(state["model"])
+        net.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         start_epoch, start_batch, step = state["epoch"], state["batch"], state["step"]
         rows, seconds_before = state["metrics_rows"], state["train_seconds"]
         generator_state = state["loader_generator"]
-        keep_metrics_rows(out / "metrics.csv", rows)
-        restore_rng_state(state["rng"])  # last: building the model above drew random numbers too
-        print(f"resuming from {path} (epoch {start_epoch + 1}, step {step})", flush=True)
-    else:
+        if is_main:
+            keep_metrics_rows(out / "metrics.csv", rows)
+            print(f"resuming from {path} (epoch {start_epoch + 1}, step {step})", flush=True)
+        restore_rng_state(state["rng"][rank])  # last: building the model above drew random numbers too
+    elif is_main:
         write_json(out / "config.json", config)
         write_json(out / "environment.json", describe_environment(device))
         atomic_write_text(out / "metrics.csv", ",".join(METRIC_FIELDS) + "\n")
 
     def checkpoint(epoch: int, batch: int) -> Path:
-        metrics_file.flush()
-        os.fsync(metrics_file.fileno())  # the rows a checkpoint counts are on disk before it is
-        return save_checkpoint(out / "checkpoints", {
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "rng": capture_rng_state(), "loader_generator": epoch_generator_state,
-            "epoch": epoch, "batch": batch, "step": step, "metrics_rows": rows,
-            "train_seconds": seconds_before + time.perf_counter() - start, "config": config,
-        })
+        """Every rank takes part (their RNG states are gathered); rank 0 writes."""
+        rng = rng_states_of_all_ranks()
+        path = out / "checkpoints" / f"step-{step:08d}.pt"
+        if is_main:
+            metrics_file.flush()
+            os.fsync(metrics_file.fileno())  # the rows a checkpoint counts are on disk before it is
+            path = save_checkpoint(out / "checkpoints", {
+                "model": net.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "rng": rng, "loader_generator": epoch_generator_state,
+                "epoch": epoch, "batch": batch, "step": step, "metrics_rows": rows,
+                "train_seconds": seconds_before + time.perf_counter() - start, "config": config,
+            })
+        return path
 
     def write_row(epoch: int, split_name: str, loss: float, accuracy: float) -> None:
         nonlocal rows
-        # repr() of a float round-trips exactly, so two runs compare bit for bit.
-        metrics.writerow({"epoch": epoch, "step": step, "split": split_name, "loss": repr(loss),
-                          "accuracy": repr(accuracy)})
+        if is_main:
+            # repr() of a float round-trips exactly, so two runs compare bit for bit.
+            metrics.writerow({"epoch": epoch, "step": step, "split": split_name, "loss": repr(loss),
+                              "accuracy": repr(accuracy)})
         rows += 1
 
     stop: dict = {}
     previous_handlers = install_stop_handlers(stop)
-    interactive = sys.stderr.isatty()
+    interactive = sys.stderr.isatty() and is_main
     start = time.perf_counter()
     result = None
     try:
-        with open(out / "metrics.csv", "a", newline="", encoding="utf-8") as metrics_file:
-            metrics = csv.DictWriter(metrics_file, fieldnames=METRIC_FIELDS)
+        with open(out / "metrics.csv", "a", newline="", encoding="utf-8") if is_main else nullcontext() as metrics_file:
+            metrics = csv.DictWriter(metrics_file, fieldnames=METRIC_FIELDS) if is_main else None
             model.train()
             for epoch in range(start_epoch, config["epochs"]):
                 first_batch = start_batch if epoch == start_epoch else 0
@@ -456,30 +542,34 @@ def main(argv: list[str] | None = None) -> int:
                 for batch in tqdm(train_loader, desc=f"epoch {epoch + 1}/{config['epochs']}",
                                   disable=not interactive, leave=False):
                     loss, accuracy = train_one_step(model, batch, optimizer, scheduler, device)
+                    loss, accuracy = mean_over_ranks([loss, accuracy], device)
                     step += 1
                     batch_index += 1
                     write_row(epoch, "train", loss, accuracy)
                     end_of_epoch = batch_index == steps_per_epoch
                     every = config["checkpoint_every"]
-                    planned_stop = step == args.stop_after_steps
-                    if stop.get("signal") is not None or planned_stop or (every and step % every == 0
-                                                                           and not end_of_epoch):
+                    signalled = all_agree(stop.get("signal") is not None, device)
+                    planned_stop = step == stop_after_steps
+                    if signalled or planned_stop or (every and step % every == 0 and not end_of_epoch):
                         path = checkpoint(epoch, batch_index)
                     if planned_stop:
-                        print(f"stopped after step {step} as asked, checkpoint {path}; continue with: "
-                              f"{PROG} --out {out} --resume")
+                        if is_main:
+                            print(f"stopped after step {step} as asked, checkpoint {path}; continue with: "
+                                  f"{PROG} --out {out} --resume")
                         return 0
-                    if stop.get("signal") is not None:
-                        name = signal.Signals(stop["signal"]).name
-                        print(f"{name}: stopped after step {step}, checkpoint {path}; continue with: "
-                              f"{PROG} --out {out} --resume", file=sys.stderr)
-                        return 128 + stop["signal"]
+                    if signalled:
+                        signum = stop.get("signal") or signal.SIGTERM  # a rank told by another
+                        if is_main:
+                            print(f"{signal.Signals(signum).name}: stopped after step {step}, checkpoint {path}; "
+                                  f"continue with: {PROG} --out {out} --resume", file=sys.stderr)
+                        return 128 + signum
                 last_epoch = epoch == config["epochs"] - 1
                 if last_epoch or (config["eval_every"] and (epoch + 1) % config["eval_every"] == 0):
                     result = evaluate(model, val_loader, device)
                     write_row(epoch, "val", result["loss"], result["accuracy"])
-                    print(f"epoch {epoch + 1}/{config['epochs']}  step {step}  val_loss {result['loss']:.4f}  "
-                          f"val_accuracy {result['accuracy']:.4f}", flush=True)
+                    if is_main:
+                        print(f"epoch {epoch + 1}/{config['epochs']}  step {step}  val_loss {result['loss']:.4f}  "
+                              f"val_accuracy {result['accuracy']:.4f}", flush=True)
                 epoch_generator_state = train_loader.generator.get_state()
                 checkpoint(epoch + 1, 0)
     except RuntimeError as error:
@@ -495,13 +585,16 @@ def main(argv: list[str] | None = None) -> int:
 
     if result is None:  # resumed after the last epoch's training, before its evaluation finished
         result = evaluate(model, val_loader, device)
-    weights = model.state_dict()
+    if not is_main:
+        return 0
+    weights = net.state_dict()
     atomic_write(out / "model.pt", lambda file: torch.save(weights, file))
     summary = {
         "seed": config["seed"],
         "weights_sha256": state_dict_sha256(weights),
         "train_seconds": train_seconds,
         "steps": step,
+        "world_size": world_size,
         "val_loss": result["loss"],
         "val_accuracy": result["accuracy"],
     }

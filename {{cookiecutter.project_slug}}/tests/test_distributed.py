@@ -1,0 +1,65 @@
+"""Specifications under torchrun: two gloo processes on the CPU, started the way users start them.
+
+Selected with `pytest -m distributed` (a plain `pytest` leaves them out to stay fast).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FAST, PACKAGE, python_env, read_run
+
+pytestmark = pytest.mark.distributed
+
+
+@pytest.fixture(scope="module")
+def ddp_runs(tmp_path_factory):
+    """Three `torchrun --standalone --nproc_per_node=2` launches on loopback, all at once."""
+    root = tmp_path_factory.mktemp("ddp")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    commands = {
+        "seed7": [*torchrun, "-m", f"{PACKAGE}.train", *FAST, "--seed", "7"],
+        "seed7_again": [*torchrun, "-m", f"{PACKAGE}.train", *FAST, "--seed", "7"],
+        "seed8": [*torchrun, "-m", f"{PACKAGE}.train", *FAST, "--seed", "8"],
+        "seed7_one_process": [sys.executable, "-m", f"{PACKAGE}.train", *FAST, "--seed", "7"],
+    }
+    processes = {name: subprocess.Popen([*command, "--out", str(root / name)], stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, env=python_env())
+                 for name, command in commands.items()}
+    results = {}
+    for name, process in processes.items():
+        stdout, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, f"{name}:\n{stderr[-3000:]}"
+        results[name] = (read_run(root / name), stdout)
+    return results
+
+
+def test_two_torchrun_launches_with_one_seed_give_identical_weights(ddp_runs):
+    (first, _), (second, _) = ddp_runs["seed7"], ddp_runs["seed7_again"]
+    assert first.summary["world_size"] == first.config["world_size"] == 2
+    assert first.metrics == second.metrics
+    assert first.weights == second.weights
+
+
+def test_another_seed_under_torchrun_gives_other_weights(ddp_runs):
+    assert ddp_runs["seed8"][0].weights != ddp_runs["seed7"][0].weights
+
+
+def test_only_rank_0_writes_and_prints(ddp_runs):
+    run, stdout = ddp_runs["seed7"]
+    assert sorted(path.name for path in run.out.iterdir()) == sorted(
+        ["checkpoints", "config.json", "environment.json", "metrics.csv", "model.pt", "summary.json"])
+    assert stdout.count("weights_sha256") == 1  # one summary line, not one per rank
+    lines = (run.out / "metrics.csv").read_text().splitlines()
+    assert lines[0] == "epoch,step,split,loss,accuracy" and lines.count(lines[0]) == 1
+    steps = [int(line.split(",")[1]) for line in lines[1:] if ",train," in line]
+    assert steps == list(range(1, len(steps) + 1))  # one row per step, in order, none interleaved
+
+
+def test_a_different_world_size_is_a_different_run(ddp_runs):
+    """Not a guarantee but a fact worth a test: other batches, other reduction order."""
+    assert ddp_runs["seed7_one_process"][0].config["world_size"] == 1
+    assert ddp_runs["seed7"][0].weights != ddp_runs["seed7_one_process"][0].weights
