@@ -117,6 +117,7 @@ def test_the_identifier_filter_lowercases_and_joins_other_characters_with_unders
     assert local_extensions.identifier(AWKWARD_NAME) == "o_brien_quoted_back_slash"
     assert local_extensions.identifier("  My  ML--Project 2 ") == "my_ml_project_2"
     assert local_extensions.identifier("项目") == "project"  # nothing to keep: a neutral name to edit
+    assert local_extensions.identifier('Ünïcode "Quoted" 名前') == "unicode_quoted"  # accents come off, not letters
 
 
 def test_an_empty_package_name_is_refused():

@@ -76,3 +76,25 @@ def test_the_sampler_can_start_mid_epoch_at_the_same_place():
     full = list(loader.sampler)
     loader.sampler.set_epoch(1, start=64)
     assert list(loader.sampler) == full[64:]
+
+
+@pytest.mark.parametrize("size, world_size", [(1438, 1), (1600, 1), (1437, 2), (1600, 3)])
+def test_a_sampler_started_at_the_very_end_of_an_epoch_yields_nothing(size, world_size):
+    """What a resume from a checkpoint taken at an epoch's last step asks of it."""
+    from {{ cookiecutter.project_slug }}.data import EpochSampler
+
+    batch_size = 64
+    for rank in range(world_size):
+        sampler = EpochSampler(size, SEED, shuffle=True, rank=rank, world_size=world_size)
+        steps = -(-len(sampler) // batch_size)
+        sampler.set_epoch(0, start=steps * batch_size)
+        assert len(sampler) == 0 and list(sampler) == []
+
+
+def test_ranks_share_one_order_and_take_the_same_number_of_samples():
+    from {{ cookiecutter.project_slug }}.data import EpochSampler
+
+    single = [index for _, index in EpochSampler(1437, SEED, shuffle=True)]
+    shards = [[index for _, index in EpochSampler(1437, SEED, shuffle=True, rank=r, world_size=2)] for r in (0, 1)]
+    assert len(shards[0]) == len(shards[1]) == 719  # padded: every rank takes the same number of steps
+    assert shards[0][:5] == single[0:10:2] and shards[1][:5] == single[1:10:2]

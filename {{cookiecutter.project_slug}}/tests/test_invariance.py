@@ -68,3 +68,11 @@ def test_the_thread_count_in_effect_is_the_configured_one(runs):
     assert runs["seed7_threads2"].config["threads"] == 2
     assert runs["seed7_threads2"].environment["intra_op_threads"] == 2
     assert runs["seed7"].environment["intra_op_threads"] == runs["seed7"].config["threads"] == 1
+
+
+def test_a_resumed_run_relaunches_with_the_recorded_seed_when_no_seed_is_typed(tmp_path):
+    (tmp_path / "config.json").write_text('{"seed": 7}')
+    code = (f"from {PACKAGE}.utils.hashseed import relaunch_with_hash_seed, hash_seed_in_effect\n"
+            f"relaunch_with_hash_seed(['--out', {str(tmp_path)!r}, '--resume'], default_seed=42)\n"
+            f"print(hash_seed_in_effect())")
+    assert set_order(code, "123").strip() == "7"

@@ -13,8 +13,10 @@ from {{ cookiecutter.project_slug }}.model import Net
 from {{ cookiecutter.project_slug }}.utils.repro import (
     CUBLAS_WORKSPACE_CONFIG,
     MAX_SEED,
+    capture_rng_state,
     configure_determinism,
     determinism_flags,
+    restore_rng_state,
     seed_everything,
     state_dict_sha256,
 )
@@ -120,6 +122,16 @@ def test_strict_after_cuda_initialised_with_the_variable_already_set_is_fine(mon
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE_CONFIG)
     configure_determinism("strict")
     assert torch.are_deterministic_algorithms_enabled()
+
+
+def test_restoring_a_captured_rng_state_repeats_every_generators_draws():
+    seed_everything(3)
+    draws()
+    state = capture_rng_state()
+    expected = draws()
+    seed_everything(4)  # move every generator elsewhere
+    restore_rng_state(state)
+    assert draws() == expected
 
 
 def test_weights_hash_sees_one_bit_a_name_and_a_dtype():

@@ -1,7 +1,8 @@
 """Specifications of exact resume: a run killed at any step, resumed, equals the run never stopped.
 
 The reference is runs["seed7_3_epochs"] (25 steps an epoch, a checkpoint every 4 steps). Each
-interrupted run is the same command, killed as soon as a chosen checkpoint is on disk.
+interrupted run (INTERRUPTIONS) is the same command, stopped as soon as a chosen
+checkpoint is on disk, then resumed with --resume in a fresh process.
 """
 
 from __future__ import annotations
@@ -19,53 +20,53 @@ from conftest import FAST, read_run, start_module
 
 ARGS = (*FAST, "--seed", "7", "--epochs", "3")
 
+# Runs stopped in the middle, then resumed: (checkpoint step after which the signal goes, the
+# signal, extra flags, whether the newest checkpoint is then cut in half as by a full disk).
+INTERRUPTIONS = {
+    "sigkill": (8, signal.SIGKILL, (), False),  # after the 2nd checkpoint, mid-epoch
+    # mid-way through the second epoch, with loader workers, and a damaged newest checkpoint
+    "sigkill_workers2": (28, signal.SIGKILL, ("--num-workers", "2"), True),
+    "sigterm": (8, signal.SIGTERM, (), False),
+}
 
-def interrupt_all(root: Path, plans: dict[str, tuple[int, signal.Signals, tuple[str, ...]]]) -> dict:
-    """Starts one run per plan, all at once; sends each its signal as soon as the checkpoint of its
-    step is on disk; returns each run's (exit status, stderr)."""
+
+def interrupt_and_resume(root: Path, plans: dict) -> tuple[dict, dict, dict]:
+    """Starts one run per plan, all at once. Sends each its signal as soon as the checkpoint of its
+    step is on disk; once it has stopped, damages its newest checkpoint if the plan says so, and
+    starts `--resume` at once. Returns (stopped, resumed, damaged): each run's exit status and
+    stderr when stopped, its resumed Run and stderr, and the damaged file."""
     processes = {name: start_module("train", "--out", str(root / name), *ARGS, *extra)
-                 for name, (_, _, extra) in plans.items()}
-    waiting = dict(plans)
+                 for name, (_, _, extra, _) in plans.items()}
+    signalled, stopped, resumers, damaged = set(), {}, {}, {}
     deadline = time.monotonic() + 300
-    while waiting and time.monotonic() < deadline:
-        for name, (step, sig, _) in list(waiting.items()):
-            if (root / name / "checkpoints" / f"step-{step:08d}.pt").exists() or processes[name].poll() is not None:
-                processes[name].send_signal(sig)
-                del waiting[name]
+    while len(resumers) < len(plans) and time.monotonic() < deadline:
+        for name, (step, sig, extra, damage) in plans.items():
+            process = processes[name]
+            if name not in signalled and ((root / name / "checkpoints" / f"step-{step:08d}.pt").exists()
+                                          or process.poll() is not None):
+                process.send_signal(sig)
+                signalled.add(name)
+            elif name in signalled and name not in resumers and process.poll() is not None:
+                stopped[name] = (process.returncode, process.communicate()[1])
+                assert not (root / name / "summary.json").exists(), f"{name} finished before it was interrupted"
+                if damage:
+                    newest = sorted((root / name / "checkpoints").glob("step-*.pt"))[-1]
+                    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+                    damaged[name] = newest
+                resumers[name] = start_module("train", "--out", str(root / name), "--resume", *extra)
         time.sleep(0.002)
-    stopped = {}
-    for name, process in processes.items():
+    resumed = {}
+    for name, process in resumers.items():
         _, stderr = process.communicate(timeout=300)
-        assert not (root / name / "summary.json").exists(), f"{name} finished before it could be interrupted"
-        stopped[name] = (process.returncode, stderr)
-    return stopped
+        assert process.returncode == 0, f"{name}: {stderr}"
+        resumed[name] = (read_run(root / name), stderr)
+    return stopped, resumed, damaged
+
 
 
 @pytest.fixture(scope="module")
 def interrupted(tmp_path_factory):
-    """Interrupts runs in several ways, then resumes them all at once (one process each)."""
-    root = tmp_path_factory.mktemp("interrupted")
-    stopped = interrupt_all(root, {
-        # after the 2nd checkpoint: step 8 of 25, mid-epoch
-        "sigkill": (8, signal.SIGKILL, ()),
-        # after step 32: mid-way through the second epoch, with loader workers
-        "sigkill_workers2": (32, signal.SIGKILL, ("--num-workers", "2")),
-        "sigterm": (8, signal.SIGTERM, ()),
-    })
-    # The run killed with workers also gets its newest checkpoint cut in half, as by a full disk:
-    # its resume must warn, fall back to the checkpoint before, and still end exactly equal.
-    newest = sorted((root / "sigkill_workers2" / "checkpoints").glob("step-*.pt"))[-1]
-    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
-
-    processes = {name: start_module("train", "--out", str(root / name), "--resume",
-                                    *(("--num-workers", "2") if "workers2" in name else ()))
-                 for name in ("sigkill", "sigkill_workers2", "sigterm")}
-    resumed = {}
-    for name, process in processes.items():
-        _, stderr = process.communicate(timeout=300)
-        assert process.returncode == 0, f"{name}: {stderr}"
-        resumed[name] = (read_run(root / name), stderr)
-    return stopped, resumed, newest
+    return interrupt_and_resume(tmp_path_factory.mktemp("interrupted"), INTERRUPTIONS)
 
 
 @pytest.mark.parametrize("name", ["sigkill", "sigkill_workers2", "sigterm"])
@@ -87,9 +88,9 @@ def test_sigterm_finishes_the_step_writes_a_checkpoint_and_says_how_to_resume(in
 
 
 def test_a_truncated_newest_checkpoint_is_named_in_a_warning_and_skipped(interrupted):
-    _, resumed, newest = interrupted
+    _, resumed, damaged = interrupted
     _, stderr = resumed["sigkill_workers2"]
-    assert f"skipping damaged checkpoint {newest}" in stderr
+    assert f"skipping damaged checkpoint {damaged['sigkill_workers2']}" in stderr
 
 
 def test_every_checkpoint_loads_with_weights_only(interrupted):

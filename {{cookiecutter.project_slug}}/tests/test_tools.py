@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import shutil
 
 import pytest
 
 from {{ cookiecutter.project_slug }} import compare, doctor, verify
 from {{ cookiecutter.project_slug }}.utils.repro import configure_determinism
+
+from conftest import start_module
 
 
 @pytest.fixture(autouse=True)
@@ -16,9 +20,9 @@ def restore_defaults():
     configure_determinism("off")  # doctor configures determinism in this process
 
 
-def tampered_copy(run, tmp_path, step: int):
+def tampered_copy(run, folder, step: int):
     """A copy of a run whose metrics.csv has one loss changed, at `step`."""
-    copy = shutil.copytree(run.out, tmp_path / "tampered")
+    copy = shutil.copytree(run.out, folder / "tampered")
     lines = (copy / "metrics.csv").read_text().splitlines(keepends=True)
     fields = lines[step].split(",")  # line `step` holds step `step` (line 0 is the header)
     assert fields[1] == str(step) and fields[2] == "train"
@@ -28,20 +32,38 @@ def tampered_copy(run, tmp_path, step: int):
     return copy
 
 
-def test_verify_reproduces_an_honest_run_and_leaves_it_untouched(runs, capsys):
-    run = runs["seed7_threads2"]
-    before = {path: path.read_bytes() for path in run.out.rglob("*") if path.is_file()}
-    assert verify.main([str(run.out)]) == 0
-    out = capsys.readouterr().out
-    assert f"REPRODUCED weights_sha256 {run.weights}" in out
+def files(folder) -> dict:
+    return {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+@pytest.fixture(scope="module")
+def tools_ran(runs, tmp_path_factory):
+    """verify on an honest run and on a tampered copy, as users run it (two processes), and,
+    meanwhile, doctor in this process. Returns each one's (exit status, output)."""
+    honest = runs["seed7_threads2"]
+    before = files(honest.out)
+    copy = tampered_copy(runs["seed7"], tmp_path_factory.mktemp("tampered"), step=6)
+    processes = {"verify_honest": start_module("verify", str(honest.out)),
+                 "verify_tampered": start_module("verify", str(copy), "--steps", "8")}
+    with contextlib.redirect_stdout(io.StringIO()) as doctor_output:
+        results = {"doctor": (doctor.main(["--steps", "3"]), doctor_output.getvalue())}
+    configure_determinism("off")
+    results.update({name: (process.wait(timeout=300), process.communicate()[0])
+                    for name, process in processes.items()})
+    assert files(honest.out) == before  # verify never touches the run it checks
+    return results
+
+
+def test_verify_reproduces_an_honest_run(tools_ran, runs):
+    returncode, out = tools_ran["verify_honest"]
+    assert returncode == 0, out
+    assert f"REPRODUCED weights_sha256 {runs['seed7_threads2'].weights}" in out
     assert "environment: the same" in out
-    assert {path: path.read_bytes() for path in run.out.rglob("*") if path.is_file()} == before
 
 
-def test_verify_names_the_step_where_a_tampered_run_diverges(runs, tmp_path, capsys):
-    copy = tampered_copy(runs["seed7"], tmp_path, step=6)
-    assert verify.main([str(copy), "--steps", "8"]) == 1
-    out = capsys.readouterr().out
+def test_verify_names_the_step_where_a_tampered_run_diverges(tools_ran):
+    returncode, out = tools_ran["verify_tampered"]
+    assert returncode == 1, out
     assert "DIVERGED at step 6 (train), loss:" in out
 
 
@@ -93,9 +115,9 @@ def test_bad_run_folders_get_one_clear_line_and_exit_2(tool, runs, tmp_path, cap
         assert len(err.strip().splitlines()) == 1 and message in err, f"{name}: {err}"
 
 
-def test_doctor_passes_on_this_machine(capsys):
-    assert doctor.main(["--steps", "3"]) == 0
-    out = capsys.readouterr().out
+def test_doctor_passes_on_this_machine(tools_ran):
+    returncode, out = tools_ran["doctor"]
+    assert returncode == 0, out
     assert "two trial runs of 3 steps in fresh processes" in out
     assert "VERDICT: OK" in out
 
@@ -113,6 +135,12 @@ def test_doctor_reports_an_environment_variable_set_too_late(monkeypatch, capsys
     out = capsys.readouterr().out
     assert "PYTHONHASHSEED was set" in out and "after Python started" in out
     assert "VERDICT: 1 problem" in out
+
+
+def test_doctor_refuses_zero_steps_with_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        doctor.main(["--steps", "0"])
+    assert exit_info.value.code == 2 and "--steps must be at least 1" in capsys.readouterr().err
 
 
 def test_doctor_reports_cuda_initialised_too_early(monkeypatch, capsys):

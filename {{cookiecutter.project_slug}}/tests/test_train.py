@@ -83,6 +83,8 @@ BAD_FLAGS = {
     "unknown device": ("--device", "gpu"),
     "unknown determinism mode": ("--deterministic", "sometimes"),
     "abbreviated flag": ("--epoch", "3"),
+    "prefetch without workers": ("--prefetch-factor", "2"),
+    "resume and overwrite": ("--resume", "--overwrite"),
 }
 
 
@@ -101,3 +103,20 @@ def test_asking_for_cuda_without_it_names_the_available_devices(tmp_path, capsys
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path / "never"), "--device", "cuda"])
     assert "not available here; available: cpu" in capsys.readouterr().err
+
+
+def test_an_out_path_through_a_file_is_refused_with_one_line(tmp_path, capsys):
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out", str(tmp_path / "file" / "run")])
+    assert exit_info.value.code == 2
+    assert "is not a folder" in capsys.readouterr().err
+
+
+def test_run_files_get_the_usual_permissions_not_private_ones(runs):
+    import os
+
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in ("config.json", "metrics.csv", "model.pt", "summary.json"):
+        assert (runs["seed7"].out / name).stat().st_mode & 0o777 == 0o666 & ~umask, name

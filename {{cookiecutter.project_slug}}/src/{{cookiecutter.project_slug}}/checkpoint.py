@@ -21,6 +21,8 @@ import torch
 
 FORMAT_VERSION = 1
 KEEP_LAST = 3  # older checkpoints are deleted once a newer one is safely on disk
+UMASK = os.umask(0)  # read the process's umask (the only way is to set it), then put it back
+os.umask(UMASK)
 
 
 def atomic_write(path: Path, write) -> None:
@@ -32,6 +34,7 @@ def atomic_write(path: Path, write) -> None:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, 0o666 & ~UMASK)  # mkstemp makes it private (0600); give it a normal file's mode
     try:
         with os.fdopen(fd, "wb") as file:
             write(file)

@@ -38,9 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     divergence = first_divergence(a.metrics, b.metrics)
     print(f"first divergence: {divergence or 'none, every metrics row is identical'}")
     print(f"{'':16s}{'A':>24s}{'B':>24s}")
-    for key in ("val_loss", "val_accuracy", "steps", "weights_sha256"):
+    for key in ("val_loss", "val_accuracy", "steps"):
         value_a, value_b = ((run.summary or {}).get(key, "(unfinished)") for run in (a, b))
         print(f"{key:16s}{str(value_a)[:22]:>24s}{str(value_b)[:22]:>24s}")
+    for label, run in (("A", a), ("B", b)):
+        print(f"weights_sha256 {label} {run.weights or '(unfinished)'}")
     if args.plot:
         plot(a, b, args.plot)
     identical = divergence is None and a.weights is not None and a.weights == b.weights

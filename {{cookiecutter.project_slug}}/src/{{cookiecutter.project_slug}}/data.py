@@ -169,7 +169,7 @@ class EpochSampler(Sampler):
 
     def __len__(self) -> int:
         per_rank = -(-self.size // self.world_size) if self.pad else len(range(self.rank, self.size, self.world_size))
-        return per_rank - self.start
+        return max(0, per_rank - self.start)  # a resume at an epoch's very end has nothing left
 
 
 def seed_worker(worker_id: int) -> None:

@@ -97,7 +97,7 @@ def probe_ops(device: torch.device) -> dict[str, str]:
         try:
             op()
         except RuntimeError as error:
-            explanation = explain_nondeterministic_error(error)
+            explanation = explain_nondeterministic_error(error, device.type)
             if explanation is not None:
                 refused[name] = explanation
     return refused
@@ -125,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="skip the two trial runs")
     parser.error = lambda message: parser.exit(2, f"{PROG}: error: {message}\n")
     args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, not {args.steps}")
     problems = late_environment_problems()  # first, before this process changes anything
     try:
         device = select_device(args.device)

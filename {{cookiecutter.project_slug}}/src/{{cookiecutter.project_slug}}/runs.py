@@ -17,16 +17,19 @@ from pathlib import Path
 METRIC_FIELDS = ("epoch", "step", "split", "loss", "accuracy")
 # What must match for PyTorch to promise bitwise equality; other environment keys are informative.
 ENVIRONMENT_KEYS = ("python", "torch", "numpy", "cuda", "cudnn", "device", "device_name", "intra_op_threads",
-                    "python_hash_seed", "determinism", "platform")
+                    "python_hash_seed", "determinism", "platform", "world_size")
 
 
-def start_training(*args: str) -> subprocess.Popen:
+def start_training(*args: str, world_size: int = 1) -> subprocess.Popen:
     """`python -m <package>.train ARGS` in a fresh process that imports this same copy of the code,
-    installed or not."""
+    installed or not; for a world size above 1, under `torchrun --standalone` on this machine."""
     source = str(Path(__file__).resolve().parents[1])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
-    return subprocess.Popen([sys.executable, "-m", f"{__package__}.train", *args], env=env,
+    launcher = [sys.executable]
+    if world_size > 1:
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}"]
+    return subprocess.Popen([*launcher, "-m", f"{__package__}.train", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

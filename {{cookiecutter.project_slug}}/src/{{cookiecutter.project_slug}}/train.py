@@ -27,35 +27,39 @@ if __name__ == "__main__":
     # itself with the value derived from --seed. Doing it here, before torch is imported, makes
     # it cheap. A set of strings then iterates in one order, whatever the launching shell had set.
     relaunch_with_hash_seed(sys.argv[1:], DEFAULT_SEED)
+    # Ctrl-C while still starting up: nothing to save yet, so leave quietly (no traceback).
+    import signal
 
-import argparse  # noqa: E402  (after the relaunch above, on purpose)
-import csv  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import platform  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import time  # noqa: E402
-from contextlib import nullcontext  # noqa: E402
-from datetime import timedelta  # noqa: E402
-from pathlib import Path  # noqa: E402
+    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(128 + signum))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
-from torch.nn.parallel import DistributedDataParallel  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+import argparse  # the imports below come after the relaunch above, on purpose (ruff: E402 off here)
+import csv
+import json
+import math
+import platform
+import shutil
+import signal
+import subprocess
+import time
+from contextlib import nullcontext
+from datetime import timedelta
+from pathlib import Path
 
-from .checkpoint import atomic_write, atomic_write_text, load_latest_checkpoint, save_checkpoint  # noqa: E402
-from .data import NUM_CLASSES, ImageDataset, load_arrays, make_loader, split  # noqa: E402
-from .model import Net  # noqa: E402
-from .runs import METRIC_FIELDS  # noqa: E402
-from .utils.device import available_devices, select_device, to_device  # noqa: E402
-from .utils.repro import (  # noqa: E402
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from .checkpoint import atomic_write, atomic_write_text, load_latest_checkpoint, save_checkpoint
+from .data import NUM_CLASSES, ImageDataset, load_arrays, make_loader, split
+from .model import Net
+from .runs import METRIC_FIELDS
+from .utils.device import available_devices, select_device, to_device
+from .utils.repro import (
     DETERMINISM_MODES,
     MAX_SEED,
     capture_rng_state,
@@ -183,10 +187,11 @@ def make_config(args: argparse.Namespace, world_size: int = 1) -> dict:
 
 
 def config_to_flags(config: dict) -> list[str]:
-    """The command-line flags that reproduce `config` (settings fixed by the code have no flag)."""
+    """The command-line flags that reproduce `config` (settings fixed by the code have no flag, and
+    the world size is torchrun's to set)."""
     flags = []
     for name, default in vars(build_parser().parse_args([])).items():
-        if name not in config or name in ("out", "overwrite", "resume", "stop_after_steps"):
+        if name not in config:  # --out, --resume and the like are not settings of the run
             continue
         value = config[name]
         if isinstance(default, bool):
@@ -261,8 +266,11 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device) -> dict
 
 def out_dir_refusal(out: Path, overwrite: bool) -> str | None:
     """Why a new run may not go into `out`, or None. Looks only; never touches a run."""
-    if out.exists() and not out.is_dir():
-        return f"--out {out} exists and is not a folder"
+    existing_parent = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not existing_parent.is_dir():
+        return f"--out {out}: {existing_parent} exists and is not a folder"
+    if not os.access(existing_parent, os.W_OK | os.X_OK):
+        return f"--out {out}: cannot write in {existing_parent}"
     existing = [name for name in (*RUN_FILES, "checkpoints") if (out / name).exists()]
     if existing and not overwrite:
         return (f"--out {out} already holds a run ({', '.join(existing)}); "
@@ -347,8 +355,11 @@ def install_stop_handlers(stop: dict) -> dict:
 
     def request_stop(signum: int, frame) -> None:
         if stop.get("signal") is not None:
-            print(f"{signal.Signals(signum).name} again: exiting now, without a checkpoint", file=sys.stderr)
-            raise SystemExit(128 + signum)
+            name = signal.Signals(signum).name
+            print(f"{name} again: exiting now, without a checkpoint", file=sys.stderr, flush=True)
+            # At once, skipping clean-up that could block (loader workers): every file on disk was
+            # written atomically, so the newest checkpoint is intact.
+            os._exit(128 + signum)
         stop["signal"] = signum
 
     return {signum: signal.signal(signum, request_stop) for signum in (signal.SIGTERM, signal.SIGINT)}
@@ -402,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rank, local_rank, world_size = distributed_context()
     out = args.out if args.out is not None else Path("runs") / f"seed{args.seed}"
+    if args.num_workers == 0 and (args.persistent_workers or args.prefetch_factor is not None):
+        parser.error("--persistent-workers and --prefetch-factor need --num-workers above 0")
 
     # Every check of the user's input comes first, before any global state changes: a mistake
     # gets one line and exit 2, and an earlier run in --out is never touched. Under torchrun every
@@ -552,16 +565,17 @@ def train(config: dict, out: Path, device: torch.device, resumed: tuple[dict, Pa
                     planned_stop = step == stop_after_steps
                     if signalled or planned_stop or (every and step % every == 0 and not end_of_epoch):
                         path = checkpoint(epoch, batch_index)
+                    again = (f"{PROG} --out {out} --resume" if world_size == 1
+                             else "the same torchrun command plus --resume")
                     if planned_stop:
                         if is_main:
-                            print(f"stopped after step {step} as asked, checkpoint {path}; continue with: "
-                                  f"{PROG} --out {out} --resume")
+                            print(f"stopped after step {step} as asked, checkpoint {path}; continue with: {again}")
                         return 0
                     if signalled:
                         signum = stop.get("signal") or signal.SIGTERM  # a rank told by another
                         if is_main:
                             print(f"{signal.Signals(signum).name}: stopped after step {step}, checkpoint {path}; "
-                                  f"continue with: {PROG} --out {out} --resume", file=sys.stderr)
+                                  f"continue with: {again}", file=sys.stderr)
                         return 128 + signum
                 last_epoch = epoch == config["epochs"] - 1
                 if last_epoch or (config["eval_every"] and (epoch + 1) % config["eval_every"] == 0):
@@ -583,8 +597,8 @@ def train(config: dict, out: Path, device: torch.device, resumed: tuple[dict, Pa
             signal.signal(signum, handler)
     train_seconds = seconds_before + time.perf_counter() - start
 
-    if result is None:  # resumed after the last epoch's training, before its evaluation finished
-        result = evaluate(model, val_loader, device)
+    if result is None:  # resumed from the checkpoint after the last epoch: its evaluation result
+        result = evaluate(model, val_loader, device)  # was not saved; evaluating again changes nothing
     if not is_main:
         return 0
     weights = net.state_dict()

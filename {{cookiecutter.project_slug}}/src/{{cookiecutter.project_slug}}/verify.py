@@ -4,7 +4,8 @@
     python -m {{ cookiecutter.project_slug }}.verify runs/a --steps 20   # only its first 20 steps
 
 The re-run goes into a scratch folder (RUN_DIR is never touched) with the flags recorded in
-RUN_DIR/config.json. Prints REPRODUCED and the weight hash, exit 0; or the first step where the
+RUN_DIR/config.json; a run made by torchrun on one machine is re-run under torchrun, with its
+world size. Prints REPRODUCED and the weight hash, exit 0; or the first step where the
 two runs part (metric and both values), exit 1. The environments are compared first: bitwise
 equality is promised only on the same machine and software stack. A bad RUN_DIR: one line, exit 2.
 """
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             flags += ["--stop-after-steps", str(args.steps)]
         what = f"its first {args.steps} steps" if args.steps else "the whole run"
         print(f"re-running {what} of {args.run_dir} in a fresh process...", flush=True)
-        process = start_training(*flags)
+        process = start_training(*flags, world_size=int(original.config.get("world_size", 1)))
         _, stderr = process.communicate()
         if process.returncode != 0:
             last = (stderr.strip().splitlines() or ["(no output)"])[-1]

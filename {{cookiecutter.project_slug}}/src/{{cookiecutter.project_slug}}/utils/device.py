@@ -69,8 +69,10 @@ def select_device(spec: str = "auto") -> torch.device:
 def restrict_visible_gpus(indices: Sequence[int]) -> None:
     """Makes only these GPUs visible to this process (they become cuda:0, cuda:1, ...).
 
-    Works only before CUDA initialises, so call it first thing. Afterwards the driver has already
-    enumerated the GPUs and a changed CUDA_VISIBLE_DEVICES is silently ignored; we raise instead.
+    Works only before CUDA initialises, so call it first thing, before any torch.cuda call: even
+    torch.cuda.is_available() can start the CUDA driver, which reads the variable then. Afterwards
+    a changed CUDA_VISIBLE_DEVICES is silently ignored. torch tells us only whether its own CUDA
+    state is initialised (torch.cuda.is_initialized), so that is the case we refuse.
     """
     if torch.cuda.is_initialized():
         raise RuntimeError(

@@ -15,8 +15,10 @@ second import of torch.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from pathlib import Path
 
 RELAUNCH_MARKER = "REPRO_RELAUNCHED_FOR_HASH_SEED"
 
@@ -33,15 +35,32 @@ def hash_seed_in_effect() -> str:
     return os.environ["PYTHONHASHSEED"]
 
 
+def seed_from_command_line(argv: list[str], default_seed: int) -> str:
+    """The run's seed as text: --seed if typed; for --resume without it, the seed recorded in the
+    run folder's config.json (as train.py will use); else the default."""
+    probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    probe.add_argument("--seed")
+    probe.add_argument("--out")
+    probe.add_argument("--resume", action="store_true")
+    known = probe.parse_known_args(argv)[0]
+    if known.seed is not None:
+        return known.seed
+    if known.resume:
+        out = Path(known.out) if known.out else Path("runs") / f"seed{default_seed}"
+        try:
+            return str(json.loads((out / "config.json").read_text(encoding="utf-8"))["seed"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # train.py reports a missing or broken run folder in its own words
+    return str(default_seed)
+
+
 def relaunch_with_hash_seed(argv: list[str], default_seed: int) -> None:
     """Re-executes this interpreter with PYTHONHASHSEED derived from `--seed`, unless it is in effect.
 
     Returns when nothing needs doing. An invalid --seed is left for the real parser to report.
     """
     relaunched = os.environ.pop(RELAUNCH_MARKER, None)  # children (workers, subprocesses) start clean
-    probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    probe.add_argument("--seed", default=str(default_seed))
-    seed_text = probe.parse_known_args(argv)[0].seed
+    seed_text = seed_from_command_line(argv, default_seed)
     if not seed_text.isdigit() or int(seed_text) > 2**32 - 1:
         return
     wanted = hash_seed_for(int(seed_text))

@@ -85,7 +85,7 @@ def configure_determinism(mode: str) -> None:
     if mode not in DETERMINISM_MODES:
         raise ValueError(f"determinism mode must be one of {', '.join(DETERMINISM_MODES)}, not {mode!r}")
     if mode == "off":
-        if torch.are_deterministic_algorithms_enabled():  # the call costs seconds (see the README)
+        if torch.are_deterministic_algorithms_enabled():  # the call costs a second or two of start-up
             torch.use_deterministic_algorithms(False)
         torch.backends.cudnn.deterministic = False
         torch.backends.cudnn.benchmark = False  # PyTorch's default too
@@ -94,7 +94,9 @@ def configure_determinism(mode: str) -> None:
     _require_cublas_workspace_config()
     # Guards against: ops with non-deterministic kernels (atomicAdd-based scatter and index_add,
     # some pooling and interpolation backwards on CUDA). Costs: those ops use slower deterministic
-    # kernels, and the few with none raise (strict) or warn (warn).
+    # kernels, and the few with none raise (strict) or warn (warn). On torch 2.13 the call also
+    # imports the compiler's config (to make torch.compile deterministic too): a second or two of
+    # start-up, once per process.
     torch.use_deterministic_algorithms(True, warn_only=(mode == "warn"))
     # Guards against: cuDNN choosing a non-deterministic convolution algorithm. Costs: on a GPU,
     # some convolutions run a slower algorithm than the fastest one.
@@ -121,14 +123,15 @@ def _require_cublas_workspace_config() -> None:
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE_CONFIG
 
 
-def explain_nondeterministic_error(error: BaseException) -> str | None:
+def explain_nondeterministic_error(error: BaseException, device_type: str = "cuda") -> str | None:
     """One line that names the op strict mode refused, and the ways out; None for other errors."""
     match = re.search(r"(\S+) does not have a deterministic implementation", str(error))
     if match is None:
         return None
+    cpu = "" if device_type == "cpu" else "; or run on the CPU, where more ops have one"
     return (f"the op {match.group(1)} has no deterministic implementation on this device, so strict mode "
             "stopped. Options: --deterministic warn (run it anyway, warn, and lose the bitwise guarantee); "
-            "replace the op with one that has a deterministic kernel; or run on the CPU, where more ops have one")
+            f"replace the op with one that has a deterministic kernel{cpu}")
 
 
 def determinism_flags() -> dict[str, object]:
@@ -170,7 +173,10 @@ def capture_rng_state() -> dict:
         "numpy": {"key": key.tolist(), "pos": int(position), "has_gauss": int(has_gauss),
                   "cached_gaussian": float(cached_gauss)},
         "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        # The GPU this process uses, if it has used one. Asking every visible GPU would start a CUDA
+        # context on each (hundreds of MB apiece), from every rank under torchrun.
+        "cuda": ({"device": torch.cuda.current_device(), "state": torch.cuda.get_rng_state()}
+                 if torch.cuda.is_initialized() else {}),
     }
 
 
@@ -183,4 +189,4 @@ def restore_rng_state(state: dict) -> None:
                          numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
     if state["cuda"]:
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state(state["cuda"]["state"], device=state["cuda"]["device"])
