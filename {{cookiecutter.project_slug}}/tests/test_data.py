@@ -98,3 +98,15 @@ def test_ranks_share_one_order_and_take_the_same_number_of_samples():
     shards = [[index for _, index in EpochSampler(1437, SEED, shuffle=True, rank=r, world_size=2)] for r in (0, 1)]
     assert len(shards[0]) == len(shards[1]) == 719  # padded: every rank takes the same number of steps
     assert shards[0][:5] == single[0:10:2] and shards[1][:5] == single[1:10:2]
+{% if cookiecutter.dataset == "digits" %}
+
+def test_the_digits_are_exactly_scikit_learns():
+    from sklearn.datasets import load_digits
+
+    from {{ cookiecutter.project_slug }}.data import load_digits_arrays
+
+    images, labels = load_digits_arrays()
+    digits = load_digits()
+    assert np.array_equal(images[:, 0], (digits.images / 16.0).astype(np.float32))
+    assert np.array_equal(labels, digits.target)
+{%- endif %}
