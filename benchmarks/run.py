@@ -28,6 +28,7 @@ import datetime
 import importlib
 import io
 import json
+import logging
 import platform
 import random
 import statistics
@@ -208,7 +209,7 @@ def main() -> int:
     results["machine"] = {
         "date": datetime.date.today().isoformat(), "platform": platform.platform(), "cpus": _cpu_count(),
         "python": platform.python_version(), "torch": torch.__version__,
-        "command": "python benchmarks/run.py" + (" --quick" if args.quick else ""),
+        "command": " ".join(["python", "benchmarks/run.py", *sys.argv[1:]]),
     }
 
     for key, value in results.items():
@@ -235,7 +236,7 @@ def lightning_steps_per_second(net, dataset, steps: int) -> float | None:
         import lightning
     except ImportError:
         return None
-
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)  # its banners, once per repeat
     class Module(lightning.LightningModule):
         def __init__(self) -> None:
             super().__init__()
