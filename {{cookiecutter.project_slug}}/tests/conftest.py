@@ -7,16 +7,42 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from {{ cookiecutter.project_slug }}.utils.repro import configure_determinism
 
 PACKAGE = "{{ cookiecutter.project_slug }}"
 SRC = Path(__file__).resolve().parents[1] / "src"
 # Short runs keep the suite fast; two epochs still cover shuffling across epochs and evaluation.
 # Checkpointing every 4 steps changes no result, and gives the resume tests checkpoints to use.
 FAST = ("--epochs", "2", "--device", "cpu", "--checkpoint-every", "4")
+
+
+@contextmanager
+def determinism_left_as_found() -> Iterator[None]:
+    """For code that configures determinism in the test process itself (the repro tests, main or
+    doctor run in-process): afterwards PyTorch's defaults are back, and so is the cuBLAS variable,
+    which every child process would otherwise inherit and record in its environment.json."""
+    saved = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    try:
+        yield
+    finally:
+        configure_determinism("off")
+        if saved is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = saved
+
+
+@pytest.fixture(autouse=True)
+def leave_determinism_as_found() -> Iterator[None]:
+    with determinism_left_as_found():
+        yield
 
 
 def python_env(**changes: str | None) -> dict[str, str]:

@@ -23,11 +23,9 @@ from {{ cookiecutter.project_slug }}.utils.repro import (
 
 
 @pytest.fixture(autouse=True)
-def restore_defaults(monkeypatch):
-    """Each test starts from PyTorch's defaults and leaves them behind."""
+def start_from_defaults(monkeypatch):
+    """Each test starts from PyTorch's defaults and no cuBLAS variable (conftest restores both after)."""
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    configure_determinism("off")
-    yield
     configure_determinism("off")
 
 

@@ -5,19 +5,13 @@ from __future__ import annotations
 import contextlib
 import io
 import shutil
+import sys
 
 import pytest
 
 from {{ cookiecutter.project_slug }} import compare, doctor, verify
-from {{ cookiecutter.project_slug }}.utils.repro import configure_determinism
 
-from conftest import start_module
-
-
-@pytest.fixture(autouse=True)
-def restore_defaults():
-    yield
-    configure_determinism("off")  # doctor configures determinism in this process
+from conftest import determinism_left_as_found, start_module
 
 
 def tampered_copy(run, folder, step: int):
@@ -45,9 +39,8 @@ def tools_ran(runs, tmp_path_factory):
     copy = tampered_copy(runs["seed7"], tmp_path_factory.mktemp("tampered"), step=6)
     processes = {"verify_honest": start_module("verify", str(honest.out)),
                  "verify_tampered": start_module("verify", str(copy), "--steps", "8")}
-    with contextlib.redirect_stdout(io.StringIO()) as doctor_output:
+    with determinism_left_as_found(), contextlib.redirect_stdout(io.StringIO()) as doctor_output:
         results = {"doctor": (doctor.main(["--steps", "3"]), doctor_output.getvalue())}
-    configure_determinism("off")
     results.update({name: (process.wait(timeout=300), process.communicate()[0])
                     for name, process in processes.items()})
     assert files(honest.out) == before  # verify never touches the run it checks
@@ -81,11 +74,20 @@ def test_compare_lists_the_seed_and_the_first_divergence_of_different_runs(runs,
     assert "DIFFERENT" in out
 
 
-def test_compare_writes_a_plot_or_says_how_to_get_one(runs, tmp_path, capsys):
+def test_compare_writes_a_png_of_both_loss_curves(runs, tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="the plot needs matplotlib (in the dev extra)")
     png = tmp_path / "losses.png"
     compare.main([str(runs["seed7"].out), str(runs["seed8"].out), "--plot", str(png)])
-    out = capsys.readouterr().out
-    assert png.exists() or "pip install matplotlib" in out
+    assert png.read_bytes().startswith(b"\x89PNG")
+    assert f"loss curves written to {png}" in capsys.readouterr().out
+
+
+def test_compare_without_matplotlib_says_how_to_get_a_plot(runs, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
+    png = tmp_path / "losses.png"
+    compare.main([str(runs["seed7"].out), str(runs["seed8"].out), "--plot", str(png)])
+    assert not png.exists()
+    assert "pip install matplotlib" in capsys.readouterr().out
 
 
 def bad_run_folders(tmp_path, good):
