@@ -125,7 +125,6 @@ RUNS = {
     "seed7_workers3_eval_never": (("--seed", "7", "--num-workers", "3", "--eval-every", "0"), {}),
     "seed7_workers2_persistent": (("--seed", "7", "--num-workers", "2", "--persistent-workers",
                                    "--prefetch-factor", "4"), {}),
-    "seed7_3_epochs": (("--seed", "7", "--epochs", "3"), {}),  # the reference for the resume tests
     "seed7_threads2": (("--seed", "7", "--epochs", "1", "--threads", "2"), {}),
     "seed8": (("--seed", "8"), {}),
 }

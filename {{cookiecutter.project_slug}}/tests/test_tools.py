@@ -6,12 +6,14 @@ import contextlib
 import io
 import shutil
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from {{ cookiecutter.project_slug }} import compare, doctor, verify
+from {{ cookiecutter.project_slug }}.runs import read_run
 
-from conftest import determinism_left_as_found, start_module
+from conftest import determinism_left_as_found
 
 
 def tampered_copy(run, folder, step: int):
@@ -32,17 +34,19 @@ def files(folder) -> dict:
 
 @pytest.fixture(scope="module")
 def tools_ran(runs, tmp_path_factory):
-    """verify on an honest run and on a tampered copy, as users run it (two processes), and,
-    meanwhile, doctor in this process. Returns each one's (exit status, output)."""
+    """The checks that train in fresh processes, all at once: verify on an honest run and on a
+    tampered copy (in threads), and doctor. Returns each one's (exit status, output)."""
     honest = runs["seed7_threads2"]
     before = files(honest.out)
     copy = tampered_copy(runs["seed7"], tmp_path_factory.mktemp("tampered"), step=6)
-    processes = {"verify_honest": start_module("verify", str(honest.out)),
-                 "verify_tampered": start_module("verify", str(copy), "--steps", "8")}
-    with determinism_left_as_found(), contextlib.redirect_stdout(io.StringIO()) as doctor_output:
-        results = {"doctor": (doctor.main(["--steps", "3"]), doctor_output.getvalue())}
-    results.update({name: (process.wait(timeout=300), process.communicate()[0])
-                    for name, process in processes.items()})
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        verifying = {"verify_honest": pool.submit(verify.verify, read_run(honest.out)),
+                     "verify_tampered": pool.submit(verify.verify, read_run(copy), 8)}
+        with determinism_left_as_found(), contextlib.redirect_stdout(io.StringIO()) as doctor_output:
+            results = {"doctor": (doctor.main(["--steps", "3"]), doctor_output.getvalue())}
+        for name, future in verifying.items():
+            code, lines = future.result()
+            results[name] = (code, "\n".join(lines))
     assert files(honest.out) == before  # verify never touches the run it checks
     return results
 

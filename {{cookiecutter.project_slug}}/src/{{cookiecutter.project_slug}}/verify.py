@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .runs import ENVIRONMENT_KEYS, RunError, differences, first_divergence, read_run, start_training
+from .runs import ENVIRONMENT_KEYS, Run, RunError, differences, first_divergence, read_run, start_training
 
 PACKAGE = "{{ cookiecutter.project_slug }}"
 PROG = f"python -m {PACKAGE}.verify"
@@ -41,54 +41,57 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps is None and original.summary is None:
         parser.error(f"{args.run_dir} did not finish (no summary.json); verify its first steps with --steps N")
 
+    what = f"its first {args.steps} steps" if args.steps else "the whole run"
+    print(f"re-running {what} of {args.run_dir} in a fresh process...", flush=True)
+    code, lines = verify(original, args.steps, keep=args.keep)
+    print("\n".join(lines))
+    return code
+
+
+def verify(original: Run, steps: int | None = None, keep: bool = False) -> tuple[int, list[str]]:
+    """Re-runs `original` in a fresh process in a scratch folder and compares: (exit code, report)."""
     from .train import config_to_flags  # imported here: it brings torch, which a bad RUN_DIR never needs
 
     scratch = Path(tempfile.mkdtemp(prefix="verify-"))
     try:
         flags = [*config_to_flags(original.config), "--out", str(scratch / "run")]
-        if args.steps is not None:
-            flags += ["--stop-after-steps", str(args.steps)]
-        what = f"its first {args.steps} steps" if args.steps else "the whole run"
-        print(f"re-running {what} of {args.run_dir} in a fresh process...", flush=True)
+        if steps is not None:
+            flags += ["--stop-after-steps", str(steps)]
         process = start_training(*flags, world_size=int(original.config.get("world_size", 1)))
         _, stderr = process.communicate()
         if process.returncode != 0:
             last = (stderr.strip().splitlines() or ["(no output)"])[-1]
-            print(f"NOT REPRODUCED: the re-run failed: {last}")
-            return 1
-        rerun = read_run(scratch / "run")
-        return report(original, rerun, args.steps)
+            return 1, [f"NOT REPRODUCED: the re-run failed: {last}"]
+        return report(original, read_run(scratch / "run"), steps)
     finally:
-        if args.keep:
+        if keep:
             print(f"re-run kept in {scratch / 'run'}")
         else:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def report(original, rerun, steps: int | None) -> int:
+def report(original: Run, rerun: Run, steps: int | None) -> tuple[int, list[str]]:
+    lines = []
     environment = differences(original.environment, rerun.environment, ENVIRONMENT_KEYS)
     if environment:
-        print("environment differs, so PyTorch does not promise bitwise equality:")
-        print("\n".join(f"  {line}" for line in environment))
+        lines.append("environment differs, so PyTorch does not promise bitwise equality:")
+        lines += [f"  {line}" for line in environment]
     else:
-        print("environment: the same (python, torch, numpy, CUDA, cuDNN, device, threads, hash seed, flags)")
+        lines.append("environment: the same (python, torch, numpy, CUDA, cuDNN, device, threads, hash seed, flags)")
     config = differences(original.config, rerun.config)
     if config:
-        print("config differs (the code's fixed settings changed since the run):")
-        print("\n".join(f"  {line}" for line in config))
+        lines.append("config differs (the code's fixed settings changed since the run):")
+        lines += [f"  {line}" for line in config]
 
     expected = original.metrics[: len(rerun.metrics)] if steps is not None else original.metrics
     divergence = first_divergence(expected, rerun.metrics)
     if divergence is None and steps is None and original.weights != rerun.weights:
         divergence = f"final weights: {original.weights} vs {rerun.weights}"
     if divergence is not None:
-        print(f"DIVERGED at {divergence} (recorded vs re-run)")
-        return 1
+        return 1, [*lines, f"DIVERGED at {divergence} (recorded vs re-run)"]
     if steps is not None:
-        print(f"REPRODUCED the first {steps} steps, bit for bit")
-    else:
-        print(f"REPRODUCED weights_sha256 {rerun.weights}")
-    return 0
+        return 0, [*lines, f"REPRODUCED the first {steps} steps, bit for bit"]
+    return 0, [*lines, f"REPRODUCED weights_sha256 {rerun.weights}"]
 
 
 if __name__ == "__main__":
