@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from {{ cookiecutter.project_slug }}.runs import Run, read_run
 from {{ cookiecutter.project_slug }}.utils.repro import configure_determinism
 
 PACKAGE = "{{ cookiecutter.project_slug }}"
@@ -62,42 +60,6 @@ def start_module(module: str, *args: str, env: dict[str, str] | None = None) -> 
     return subprocess.Popen(
         [sys.executable, "-m", f"{PACKAGE}.{module}", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or python_env(),
-    )
-
-
-def run_module(module: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    process = start_module(module, *args, env=env)
-    stdout, stderr = process.communicate(timeout=600)
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-
-
-@dataclass
-class Run:
-    out: Path
-    summary: dict
-    config: dict
-    environment: dict
-    metrics: list[dict]
-
-    @property
-    def weights(self) -> str:
-        return self.summary["weights_sha256"]
-
-    @property
-    def train_losses(self) -> list[str]:
-        """Per-step losses exactly as written (repr of the float), for bitwise comparison."""
-        return [row["loss"] for row in self.metrics if row["split"] == "train"]
-
-
-def read_run(out: Path) -> Run:
-    with open(out / "metrics.csv", newline="", encoding="utf-8") as file:
-        metrics = list(csv.DictReader(file))
-    return Run(
-        out=out,
-        summary=json.loads((out / "summary.json").read_text(encoding="utf-8")),
-        config=json.loads((out / "config.json").read_text(encoding="utf-8")),
-        environment=json.loads((out / "environment.json").read_text(encoding="utf-8")),
-        metrics=metrics,
     )
 
 

@@ -50,10 +50,10 @@ def test_another_seed_under_torchrun_gives_other_weights(ddp_runs):
 
 def test_only_rank_0_writes_and_prints(ddp_runs):
     run, stdout = ddp_runs["seed7"]
-    assert sorted(path.name for path in run.out.iterdir()) == sorted(
+    assert sorted(path.name for path in run.path.iterdir()) == sorted(
         ["checkpoints", "config.json", "environment.json", "metrics.csv", "model.pt", "summary.json"])
     assert stdout.count("weights_sha256") == 1  # one summary line, not one per rank
-    lines = (run.out / "metrics.csv").read_text().splitlines()
+    lines = (run.path / "metrics.csv").read_text().splitlines()
     assert lines[0] == "epoch,step,split,loss,accuracy" and lines.count(lines[0]) == 1
     steps = [int(line.split(",")[1]) for line in lines[1:] if ",train," in line]
     assert steps == list(range(1, len(steps) + 1))  # one row per step, in order, none interleaved

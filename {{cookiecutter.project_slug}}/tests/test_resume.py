@@ -97,7 +97,7 @@ def test_every_checkpoint_loads_with_weights_only(interrupted):
     import torch
 
     stopped_run, _ = interrupted[1]["sigterm"]
-    for path in (stopped_run.out / "checkpoints").glob("step-*.pt"):
+    for path in (stopped_run.path / "checkpoints").glob("step-*.pt"):
         state = torch.load(path, weights_only=True)
         assert {"model", "optimizer", "scheduler", "rng", "epoch", "batch", "step", "config",
                 "format_version"} <= state.keys()
@@ -115,7 +115,7 @@ def refused(argv: list[str], capsys) -> str:
 
 def test_resume_with_other_settings_is_refused_listing_them(interrupted, tmp_path, capsys):
     run, _ = interrupted[1]["sigkill"]
-    copy = shutil.copytree(run.out, tmp_path / "copy")
+    copy = shutil.copytree(run.path, tmp_path / "copy")
     (copy / "summary.json").unlink()  # make it look interrupted again
     err = refused(["--out", str(copy), "--resume", "--seed", "8", "--batch-size", "32"], capsys)
     assert "seed (recorded 7, given 8)" in err and "batch_size (recorded 64, given 32)" in err
@@ -123,7 +123,7 @@ def test_resume_with_other_settings_is_refused_listing_them(interrupted, tmp_pat
 
 def test_resume_where_no_checkpoint_is_intact_is_refused(interrupted, tmp_path, capsys):
     run, _ = interrupted[1]["sigkill"]
-    copy = shutil.copytree(run.out, tmp_path / "copy")
+    copy = shutil.copytree(run.path, tmp_path / "copy")
     (copy / "summary.json").unlink()
     for path in (copy / "checkpoints").glob("step-*.pt"):
         path.write_bytes(b"not a checkpoint")

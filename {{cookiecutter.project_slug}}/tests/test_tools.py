@@ -18,7 +18,7 @@ from conftest import determinism_left_as_found
 
 def tampered_copy(run, folder, step: int):
     """A copy of a run whose metrics.csv has one loss changed, at `step`."""
-    copy = shutil.copytree(run.out, folder / "tampered")
+    copy = shutil.copytree(run.path, folder / "tampered")
     lines = (copy / "metrics.csv").read_text().splitlines(keepends=True)
     fields = lines[step].split(",")  # line `step` holds step `step` (line 0 is the header)
     assert fields[1] == str(step) and fields[2] == "train"
@@ -37,17 +37,17 @@ def tools_ran(runs, tmp_path_factory):
     """The checks that train in fresh processes, all at once: verify on an honest run and on a
     tampered copy (in threads), and doctor. Returns each one's (exit status, output)."""
     honest = runs["seed7_threads2"]
-    before = files(honest.out)
+    before = files(honest.path)
     copy = tampered_copy(runs["seed7"], tmp_path_factory.mktemp("tampered"), step=6)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        verifying = {"verify_honest": pool.submit(verify.verify, read_run(honest.out)),
+        verifying = {"verify_honest": pool.submit(verify.verify, read_run(honest.path)),
                      "verify_tampered": pool.submit(verify.verify, read_run(copy), 8)}
         with determinism_left_as_found(), contextlib.redirect_stdout(io.StringIO()) as doctor_output:
             results = {"doctor": (doctor.main(["--steps", "3"]), doctor_output.getvalue())}
         for name, future in verifying.items():
             code, lines = future.result()
             results[name] = (code, "\n".join(lines))
-    assert files(honest.out) == before  # verify never touches the run it checks
+    assert files(honest.path) == before  # verify never touches the run it checks
     return results
 
 
@@ -65,12 +65,12 @@ def test_verify_names_the_step_where_a_tampered_run_diverges(tools_ran):
 
 
 def test_compare_finds_identical_runs_identical(runs, capsys):
-    assert compare.main([str(runs["seed7"].out), str(runs["seed7_again"].out)]) == 0
+    assert compare.main([str(runs["seed7"].path), str(runs["seed7_again"].path)]) == 0
     assert "IDENTICAL" in capsys.readouterr().out
 
 
 def test_compare_lists_the_seed_and_the_first_divergence_of_different_runs(runs, capsys):
-    assert compare.main([str(runs["seed7"].out), str(runs["seed8"].out)]) == 1
+    assert compare.main([str(runs["seed7"].path), str(runs["seed8"].path)]) == 1
     out = capsys.readouterr().out
     assert "seed: 7 -> 8" in out
     assert "first divergence: step 1 (train), loss:" in out
@@ -81,7 +81,7 @@ def test_compare_lists_the_seed_and_the_first_divergence_of_different_runs(runs,
 def test_compare_writes_a_png_of_both_loss_curves(runs, tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="the plot needs matplotlib (in the dev extra)")
     png = tmp_path / "losses.png"
-    compare.main([str(runs["seed7"].out), str(runs["seed8"].out), "--plot", str(png)])
+    compare.main([str(runs["seed7"].path), str(runs["seed8"].path), "--plot", str(png)])
     assert png.read_bytes().startswith(b"\x89PNG")
     assert f"loss curves written to {png}" in capsys.readouterr().out
 
@@ -89,7 +89,7 @@ def test_compare_writes_a_png_of_both_loss_curves(runs, tmp_path, capsys):
 def test_compare_without_matplotlib_says_how_to_get_a_plot(runs, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
     png = tmp_path / "losses.png"
-    compare.main([str(runs["seed7"].out), str(runs["seed8"].out), "--plot", str(png)])
+    compare.main([str(runs["seed7"].path), str(runs["seed8"].path), "--plot", str(png)])
     assert not png.exists()
     assert "pip install matplotlib" in capsys.readouterr().out
 
@@ -112,8 +112,8 @@ def bad_run_folders(tmp_path, good):
 
 @pytest.mark.parametrize("tool", [verify, compare])
 def test_bad_run_folders_get_one_clear_line_and_exit_2(tool, runs, tmp_path, capsys):
-    for name, (folder, message) in bad_run_folders(tmp_path, runs["seed7"].out).items():
-        argv = [str(folder)] if tool is verify else [str(folder), str(runs["seed7"].out)]
+    for name, (folder, message) in bad_run_folders(tmp_path, runs["seed7"].path).items():
+        argv = [str(folder)] if tool is verify else [str(folder), str(runs["seed7"].path)]
         with pytest.raises(SystemExit) as exit_info:
             tool.main(argv)
         assert exit_info.value.code == 2, name

@@ -32,13 +32,13 @@ def test_another_seed_gives_other_losses_and_weights(runs):
 
 def test_saved_model_has_the_recorded_weights_hash(runs):
     run = runs["seed7"]
-    state_dict = torch.load(run.out / "model.pt", weights_only=True)
+    state_dict = torch.load(run.path / "model.pt", weights_only=True)
     assert state_dict_sha256(state_dict) == run.weights
 
 
 def test_a_run_folder_records_config_environment_metrics_and_summary(runs):
     run = runs["seed7"]
-    assert sorted(p.name for p in run.out.iterdir()) == sorted([*RUN_FILES, "checkpoints"])
+    assert sorted(p.name for p in run.path.iterdir()) == sorted([*RUN_FILES, "checkpoints"])
     assert run.config["seed"] == 7 and run.config["epochs"] == 2
     assert {"torch", "numpy", "python", "cuda", "cudnn", "device", "determinism",
             "intra_op_threads", "environment_variables", "git_commit"} <= run.environment.keys()
@@ -51,7 +51,7 @@ def test_a_run_folder_records_config_environment_metrics_and_summary(runs):
 
 
 def test_an_out_folder_that_holds_a_run_is_refused_and_left_intact(runs, capsys):
-    out = runs["seed8"].out
+    out = runs["seed8"].path
     before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
     with pytest.raises(SystemExit) as exit_info:
         main(["--out", str(out), *FAST, "--seed", "8"])
@@ -116,4 +116,4 @@ def test_run_files_get_the_usual_permissions_not_private_ones(runs):
     umask = os.umask(0)
     os.umask(umask)
     for name in ("config.json", "metrics.csv", "model.pt", "summary.json"):
-        assert (runs["seed7"].out / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
+        assert (runs["seed7"].path / name).stat().st_mode & 0o777 == 0o666 & ~umask, name

@@ -49,6 +49,11 @@ class Run:
     def weights(self) -> str | None:
         return self.summary["weights_sha256"] if self.summary else None
 
+    @property
+    def train_losses(self) -> list[str]:
+        """Per-step training losses exactly as written (repr of the float), for bitwise comparison."""
+        return [row["loss"] for row in self.metrics if row["split"] == "train"]
+
 
 def _read_json(path: Path, required: bool) -> dict | None:
     try:
