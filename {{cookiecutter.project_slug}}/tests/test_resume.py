@@ -7,6 +7,7 @@ checkpoint is on disk, then resumed with --resume in a fresh process.
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import time
@@ -72,7 +73,8 @@ def interrupted(tmp_path_factory):
 @pytest.mark.parametrize("name", ["sigkill", "sigkill_workers2", "sigterm"])
 def test_a_resumed_run_has_the_weights_and_every_metrics_row_of_the_run_never_stopped(name, interrupted, runs):
     _, resumed, _ = interrupted
-    run, _ = resumed[name]
+    run, stderr = resumed[name]
+    assert "another environment" not in stderr  # the same machine and stack: no warning
     reference = runs["seed7"]
     assert run.metrics == reference.metrics  # no row lost, torn or written twice
     assert run.weights == reference.weights
@@ -119,6 +121,18 @@ def test_resume_with_other_settings_is_refused_listing_them(interrupted, tmp_pat
     (copy / "summary.json").unlink()  # make it look interrupted again
     err = refused(["--out", str(copy), "--resume", "--seed", "8", "--batch-size", "32"], capsys)
     assert "seed (recorded 7, given 8)" in err and "batch_size (recorded 64, given 32)" in err
+
+
+def test_resuming_in_another_environment_warns_and_names_what_changed(interrupted, tmp_path, capsys):
+    run, _ = interrupted[1]["sigkill"]
+    copy = shutil.copytree(run.path, tmp_path / "copy")
+    (copy / "summary.json").unlink()
+    environment = json.loads((copy / "environment.json").read_text())
+    environment["torch"] = "1.0.0"  # as if the run had started on another software stack
+    (copy / "environment.json").write_text(json.dumps(environment))
+    assert main(["--out", str(copy), "--resume"]) == 0  # in this process: resumes all the same
+    err = capsys.readouterr().err
+    assert "warning: resuming in another environment (torch: '1.0.0' ->" in err
 
 
 def test_resume_where_no_checkpoint_is_intact_is_refused(interrupted, tmp_path, capsys):

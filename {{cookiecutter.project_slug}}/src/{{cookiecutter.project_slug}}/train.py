@@ -57,7 +57,7 @@ from tqdm import tqdm
 from .checkpoint import atomic_write, atomic_write_text, load_latest_checkpoint, save_checkpoint
 from .data import NUM_CLASSES, ImageDataset, load_arrays, make_loader, split
 from .model import Net
-from .runs import METRIC_FIELDS
+from .runs import ENVIRONMENT_KEYS, METRIC_FIELDS, differences
 from .utils.device import available_devices, select_device, to_device
 from .utils.repro import (
     DETERMINISM_MODES,
@@ -345,6 +345,16 @@ def describe_environment(device: torch.device) -> dict:
     }
 
 
+def environment_changes(out: Path, device: torch.device) -> list[str]:
+    """What differs, among the settings that bitwise equality depends on, between the environment
+    recorded when the run started and this one."""
+    try:
+        recorded = json.loads((out / "environment.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ["environment.json is missing or unreadable"]
+    return differences(recorded, describe_environment(device), ENVIRONMENT_KEYS)
+
+
 # ---------------------------------------------------------------------------------------------
 # Stopping cleanly on SIGTERM (schedulers, preemption) and Ctrl-C
 # ---------------------------------------------------------------------------------------------
@@ -505,6 +515,10 @@ def train(config: dict, out: Path, device: torch.device, resumed: tuple[dict, Pa
         if is_main:
             keep_metrics_rows(out / "metrics.csv", rows)
             print(f"resuming from {path} (epoch {start_epoch + 1}, step {step})", flush=True)
+            changed = environment_changes(out, device)
+            if changed:
+                print(f"warning: resuming in another environment ({'; '.join(changed)}): the result may "
+                      "differ from a run that never stopped", file=sys.stderr)
         restore_rng_state(state["rng"][rank])  # last: building the model above drew random numbers too
     elif is_main:
         write_json(out / "config.json", config)
