@@ -31,9 +31,15 @@ INTERRUPTIONS = {
 }
 
 
+def newest_checkpoint_step(run: Path) -> int:
+    """The step of the newest checkpoint on disk (0 for none). Not "is step k there": only the last
+    three are kept, so on a busy machine step k's may be gone before the test looks."""
+    return max((int(path.stem.split("-")[1]) for path in (run / "checkpoints").glob("step-*.pt")), default=0)
+
+
 def interrupt_and_resume(root: Path, plans: dict) -> tuple[dict, dict, dict]:
-    """Starts one run per plan, all at once. Sends each its signal as soon as the checkpoint of its
-    step is on disk; once it has stopped, damages its newest checkpoint if the plan says so, and
+    """Starts one run per plan, all at once. Sends each its signal as soon as a checkpoint of its
+    step or later is on disk; once it has stopped, damages its newest checkpoint if the plan says so, and
     starts `--resume` at once. Returns (stopped, resumed, damaged): each run's exit status and
     stderr when stopped, its resumed Run and stderr, and the damaged file."""
     processes = {name: start_module("train", "--out", str(root / name), *ARGS, *extra)
@@ -43,8 +49,7 @@ def interrupt_and_resume(root: Path, plans: dict) -> tuple[dict, dict, dict]:
     while len(resumers) < len(plans) and time.monotonic() < deadline:
         for name, (step, sig, extra, damage) in plans.items():
             process = processes[name]
-            if name not in signalled and ((root / name / "checkpoints" / f"step-{step:08d}.pt").exists()
-                                          or process.poll() is not None):
+            if name not in signalled and (newest_checkpoint_step(root / name) >= step or process.poll() is not None):
                 process.send_signal(sig)
                 signalled.add(name)
             elif name in signalled and name not in resumers and process.poll() is not None:

@@ -8,7 +8,7 @@ PYTHONHASHSEED environment variable, read once, at start-up: the popular
 The only way to fix it for this process is to start the interpreter again with the variable set.
 `relaunch_with_hash_seed` does that, with os.execv: the same process id (so torchrun and job
 schedulers keep tracking it), the same arguments, the variable added. It runs before torch is
-imported, so the relaunch costs a bare interpreter start (about a tenth of a second), not a
+imported, so the relaunch costs one bare interpreter start, not a
 second import of torch.
 """
 

@@ -11,8 +11,7 @@ What this module does not do, and why:
 - It does not set `torch.backends.cudnn.enabled = False`. That old advice predates
   `torch.use_deterministic_algorithms`: with deterministic algorithms on and benchmark off, cuDNN
   picks deterministic kernels, or raises for an op that has none. Switching cuDNN off buys no
-  extra determinism and falls back to PyTorch's slow native convolutions (often several times
-  slower on a GPU).
+  extra determinism and falls back to PyTorch's slower native convolutions.
 """
 
 from __future__ import annotations
