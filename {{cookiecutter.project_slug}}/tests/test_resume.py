@@ -150,7 +150,7 @@ def test_resume_where_no_checkpoint_is_intact_is_refused(interrupted, tmp_path, 
 
 
 def test_resume_where_there_is_no_run_is_refused(tmp_path, capsys):
-    assert "holds no run to resume" in refused(["--out", str(tmp_path), "--resume"], capsys)
+    assert "holds no run (config.json is missing)" in refused(["--out", str(tmp_path), "--resume"], capsys)
 
 
 def test_a_new_run_into_an_interrupted_one_is_refused_and_points_to_resume(tmp_path, capsys):

@@ -55,7 +55,8 @@ class Run:
         return [row["loss"] for row in self.metrics if row["split"] == "train"]
 
 
-def _read_json(path: Path, required: bool) -> dict | None:
+def read_json(path: Path, required: bool) -> dict | None:
+    """A JSON object from a run folder; RunError (one line) if corrupt, or missing and required."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -98,10 +99,10 @@ def read_run(folder: Path) -> Run:
         raise RunError(f"{folder} is not a folder")
     return Run(
         path=folder,
-        config=_read_json(folder / "config.json", required=True),
-        environment=_read_json(folder / "environment.json", required=False) or {},
+        config=read_json(folder / "config.json", required=True),
+        environment=read_json(folder / "environment.json", required=False) or {},
         metrics=_read_metrics(folder / "metrics.csv"),
-        summary=_read_json(folder / "summary.json", required=False),
+        summary=read_json(folder / "summary.json", required=False),
     )
 
 

@@ -54,10 +54,10 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from .checkpoint import atomic_write, atomic_write_text, load_latest_checkpoint, save_checkpoint
+from .checkpoint import atomic_write, atomic_write_text, checkpoint_path, load_latest_checkpoint, save_checkpoint
 from .data import NUM_CLASSES, ImageDataset, load_arrays, make_loader, split
 from .model import Net
-from .runs import ENVIRONMENT_KEYS, METRIC_FIELDS, differences
+from .runs import ENVIRONMENT_KEYS, METRIC_FIELDS, RunError, differences, read_json
 from .utils.device import available_devices, select_device, to_device
 from .utils.repro import (
     DETERMINISM_MODES,
@@ -73,7 +73,7 @@ from .utils.repro import (
 
 PROG = "python -m {{ cookiecutter.project_slug }}.train"
 DATASET = {{ cookiecutter.dataset|tojson }}
-RUN_FILES = ("config.json", "environment.json", "metrics.csv", "model.pt", "summary.json")
+RUN_FILES = ("config.json", "environment.json", "metrics.csv", "model.pt", "summary.json", "checkpoints")
 # Settings that change how a run executes but not what it computes (the tests prove it for the
 # worker settings): a resumed run may change them. Every other setting must match to resume.
 EXECUTION_ONLY = ("num_workers", "persistent_workers", "prefetch_factor", "checkpoint_every")
@@ -271,7 +271,7 @@ def out_dir_refusal(out: Path, overwrite: bool) -> str | None:
         return f"--out {out}: {existing_parent} exists and is not a folder"
     if not os.access(existing_parent, os.W_OK | os.X_OK):
         return f"--out {out}: cannot write in {existing_parent}"
-    existing = [name for name in (*RUN_FILES, "checkpoints") if (out / name).exists()]
+    existing = [name for name in RUN_FILES if (out / name).exists()]
     if existing and not overwrite:
         return (f"--out {out} already holds a run ({', '.join(existing)}); "
                 "pass --resume to continue it, --overwrite to replace it, or choose another --out")
@@ -280,21 +280,12 @@ def out_dir_refusal(out: Path, overwrite: bool) -> str | None:
 
 def clear_out_dir(out: Path) -> None:
     """Removes the files of an earlier run (and only those: other files in `out` stay)."""
-    for name in (*RUN_FILES, "checkpoints"):
+    for name in RUN_FILES:
         if (out / name).is_dir():
             shutil.rmtree(out / name)
         elif (out / name).exists():
             (out / name).unlink()
     out.mkdir(parents=True, exist_ok=True)
-
-
-def read_recorded_config(out: Path) -> tuple[dict | None, str | None]:
-    try:
-        return json.loads((out / "config.json").read_text(encoding="utf-8")), None
-    except FileNotFoundError:
-        return None, f"--resume: {out} holds no run to resume (no config.json)"
-    except (OSError, ValueError) as error:
-        return None, f"--resume: {out / 'config.json'} is unreadable ({error})"
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -349,9 +340,11 @@ def environment_changes(out: Path, device: torch.device) -> list[str]:
     """What differs, among the settings that bitwise equality depends on, between the environment
     recorded when the run started and this one."""
     try:
-        recorded = json.loads((out / "environment.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return ["environment.json is missing or unreadable"]
+        recorded = read_json(out / "environment.json", required=False)
+    except RunError as error:
+        return [str(error)]
+    if recorded is None:
+        return ["environment.json is missing"]
     return differences(recorded, describe_environment(device), ENVIRONMENT_KEYS)
 
 
@@ -433,9 +426,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume:
         if args.overwrite:
             parser.error("--resume and --overwrite contradict each other: choose one")
-        recorded, problem = read_recorded_config(out)
-        if problem:
-            parser.error(problem)
+        try:
+            recorded = read_json(out / "config.json", required=True)
+        except RunError as error:
+            parser.error(f"--resume: {error}")
         if (out / "summary.json").exists():
             print(f"the run in {out} is complete (summary.json exists): nothing to resume")
             return 0
@@ -528,7 +522,7 @@ def train(config: dict, out: Path, device: torch.device, resumed: tuple[dict, Pa
     def checkpoint(epoch: int, batch: int) -> Path:
         """Every rank takes part (their RNG states are gathered); rank 0 writes."""
         rng = rng_states_of_all_ranks()
-        path = out / "checkpoints" / f"step-{step:08d}.pt"
+        path = checkpoint_path(out / "checkpoints", step)
         if is_main:
             metrics_file.flush()
             os.fsync(metrics_file.fileno())  # the rows a checkpoint counts are on disk before it is

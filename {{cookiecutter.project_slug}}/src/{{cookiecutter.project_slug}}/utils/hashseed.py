@@ -61,7 +61,7 @@ def relaunch_with_hash_seed(argv: list[str], default_seed: int) -> None:
     """
     relaunched = os.environ.pop(RELAUNCH_MARKER, None)  # children (workers, subprocesses) start clean
     seed_text = seed_from_command_line(argv, default_seed)
-    if not seed_text.isdigit() or int(seed_text) > 2**32 - 1:
+    if not seed_text.isdigit() or int(seed_text) > 2**32 - 1:  # repro.MAX_SEED; no torch import here
         return
     wanted = hash_seed_for(int(seed_text))
     if hash_seed_in_effect() == wanted:
