@@ -1,15 +1,26 @@
-"""Removes the files that the chosen options turned off, then prints the next steps.
+"""Removes the files that the chosen options turned off, makes the project a git repository, and
+says in a few lines where to go next.
 
-Standard library only, and safe to run twice (cruft runs it again on update): it only deletes
-the named paths inside the new project, and only when they exist.
+Standard library only, and safe to run twice: it deletes only the named paths inside the new
+project, and only when they exist, and never re-initialises or re-commits a repository. cruft
+runs this hook again on every `cruft diff` and `cruft update`, in scratch folders of its own, so
+the message is short and git is left alone there (see git_notes).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
+
+PLACEHOLDER_AUTHOR = "Your Name"  # cookiecutter.json's default author_name
+FIRST_COMMIT_MESSAGE = "Initial commit from repro-template"
+# Set when git runs this process from one of its own hooks (a test run by pre-commit, say): they
+# would point `git init` and `git add` at that other repository instead of the new project.
+REPOSITORY_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR")
 
 
 def paths_to_remove(context: dict) -> list[str]:
@@ -32,21 +43,99 @@ def prune(project_dir: Path, context: dict) -> None:
             path.unlink()
 
 
-def next_steps(context: dict) -> str:
+def git(project_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if key not in REPOSITORY_VARIABLES}
+    return subprocess.run(["git", *args], cwd=project_dir, env=env, capture_output=True, text=True)
+
+
+def last_line(result: subprocess.CompletedProcess) -> str:
+    lines = (result.stderr or result.stdout).strip().splitlines()
+    return lines[-1] if lines else f"exit status {result.returncode}"
+
+
+def inside_a_repository(project_dir: Path) -> bool:
+    return git(project_dir, "rev-parse", "--is-inside-work-tree").stdout.strip() == "true"
+
+
+def has_identity(project_dir: Path) -> bool:
+    """Whether the user told git who commits (user.name and user.email, or GIT_AUTHOR_*/GIT_COMMITTER_*).
+
+    Without them git either refuses to commit or guesses from the login and host name; a first
+    commit under a guessed name would have to be rewritten, so none is made.
+    """
+    for field in ("name", "email"):
+        configured = git(project_dir, "config", f"user.{field}").stdout.strip()
+        for role in ("AUTHOR", "COMMITTER"):
+            if not (configured or os.environ.get(f"GIT_{role}_{field.upper()}", "").strip()):
+                return False
+    return True
+
+
+def init_git(project_dir: Path, slug: str) -> list[str]:
+    """Makes the project a git repository, everything staged, and commits if git knows who commits.
+
+    Returns the notes for the user: none when the first commit was made.
+    """
+    if shutil.which("git") is None:
+        return ["note: git is not installed, so the project is not a git repository (pre-commit needs one)."]
+    if inside_a_repository(project_dir):
+        # A second run over the same folder, or a project baked inside another repository (a
+        # monorepo): that history belongs to the user, so no nested repository and no commit.
+        return [f"note: {slug}/ is already inside a git repository; git was left as it is."]
+    for args in (("init", "-q"), ("add", "-A")):
+        result = git(project_dir, *args)
+        if result.returncode:
+            return [f"note: 'git {args[0]}' failed ({last_line(result)}); {slug}/ has no first commit."]
+    how_to_commit = f"cd {slug} && git commit -m 'Initial commit'"
+    if not has_identity(project_dir):
+        return [f"note: {slug}/ is a git repository, files staged, nothing committed (git has no "
+                f"user.name/user.email); set them with git config --global, then: {how_to_commit}"]
+    # --no-verify: the user's own git hooks (pre-commit's init-templatedir, say) would otherwise set
+    # up their environments in the middle of a bake; these files are the template's, linted by its tests.
+    result = git(project_dir, "commit", "-q", "--no-verify", "-m", FIRST_COMMIT_MESSAGE)
+    if result.returncode:
+        return [f"note: {slug}/ is a git repository, but the first commit failed ({last_line(result)}); "
+                f"{how_to_commit}"]
+    return []
+
+
+def under_cruft(context: dict) -> bool:
+    return "_commit" in context  # cruft adds the template's commit to the context; cookiecutter does not
+
+
+def git_notes(project_dir: Path, context: dict) -> list[str]:
+    if not context.get("init_git"):
+        return []
+    if under_cruft(context):
+        # cruft bakes into scratch folders on create, diff and update and compares them with `git
+        # diff --no-index`, which would take a .git folder made here for project files; and on
+        # create it writes .cruft.json after this hook, so a commit made here would leave it out.
+        slug = context["project_slug"]
+        return [f"note: under cruft, git is yours to start: cd {slug} && git init && git add -A && git commit"]
+    return init_git(project_dir, context["project_slug"])
+
+
+def next_steps(context: dict, project_dir: Path, notes: list[str]) -> str:
+    """A short message: cruft prints it again on every diff and update."""
     slug = context["project_slug"]
-    return "\n".join([
-        f"Created {slug}/. Next:",
-        f"  cd {slug}",
-        '  python -m pip install -e ".[dev]"',
-        f"  python -m {slug}.train --out runs/a",
-        f"  python -m {slug}.train --out runs/b   # same weights_sha256 as runs/a",
-        "  pytest",
-    ])
+    lines = [f"Created {slug}/. Next steps: {slug}/README.md, 'Quick start'.", *notes]
+    if slug == "project" and not any(c.isascii() and c.isalpha() for c in str(context["project_name"])):
+        lines.append("note: the package is called 'project' because the project name has no Latin letters; "
+                     "to choose another, answer the package-name prompt or bake with project_slug=<name>.")
+    license_file = project_dir / "LICENSE"
+    if license_file.is_file() and PLACEHOLDER_AUTHOR in license_file.read_text(encoding="utf-8"):
+        lines.append(f"note: {slug}/LICENSE names the placeholder '{PLACEHOLDER_AUTHOR}' as copyright holder; "
+                     "bake with author_name=..., or put your name in LICENSE and pyproject.toml.")
+    return "\n".join(lines)
 
 
 def main(context: dict) -> int:
-    prune(Path.cwd(), context)  # cookiecutter runs this hook inside the new project
-    print(next_steps(context))
+    project_dir = Path.cwd()  # cookiecutter runs this hook inside the new project
+    prune(project_dir, context)
+    message = next_steps(context, project_dir, git_notes(project_dir, context))
+    # Under cruft, stderr: `cruft diff` writes its patch to stdout, and `cruft diff > update.patch`
+    # should hold the patch alone.
+    print(message, file=sys.stderr if under_cruft(context) else sys.stdout)
     return 0
 
 

@@ -1,8 +1,9 @@
 """Refuses inputs that would bake a broken project, before any file is written.
 
 Standard library only: cookiecutter runs this with its own interpreter, before the project's
-dependencies exist. Each refusal is one line on stderr and exit 1; cookiecutter then removes the
-half-made folder. The checks are plain functions so that tests/test_hooks.py can call them.
+dependencies exist. Each refusal is one line on stderr, the only thing this hook prints, and exit 1;
+cookiecutter then removes the half-made folder and prints its own traceback after our line (see the
+README). The checks are plain functions so that tests/test_hooks.py can call them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,18 @@ from importlib import metadata
 MAX_SEED = 2**32 - 1
 MIN_PYTHON_MINOR = 10  # torch 2.x wheels need Python 3.10 or newer
 MIN_COOKIECUTTER = (2, 7)  # real booleans in cookiecutter.json, __prompts__, local extensions
+
+# The choice lists of cookiecutter.json, repeated here because the hook cannot read that file: it
+# is run from a rendered copy in a temporary folder, and under cruft the template is a scratch clone
+# whose path the context does not carry. tests/test_hooks.py checks that the two agree.
+# cookiecutter itself refuses an unknown choice given on the command line (with a traceback, before
+# this hook runs); this check catches what skips that validation, such as an edited replay file.
+CHOICES = {
+    "determinism": ("strict", "warn", "off"),
+    "dataset": ("synthetic", "digits"),
+    "license": ("MIT", "BSD-3-Clause", "Apache-2.0", "none"),
+}
+BOOLEANS = ("github_actions", "pre_commit", "init_git")
 
 # Names a project must not take beyond the standard library (whose list, sys.stdlib_module_names,
 # leaves out `test`): importing the project would shadow these for its own code
@@ -53,10 +66,17 @@ def check_python_version(version: str) -> str | None:
     return None
 
 
-def check_combination(context: dict) -> str | None:
-    for key in ("github_actions", "pre_commit"):
+def check_choices(context: dict) -> str | None:
+    for key, allowed in CHOICES.items():
+        if context.get(key) not in allowed:
+            return f"{key} {context.get(key)!r} is not one of {', '.join(allowed)}"
+    for key in BOOLEANS:
         if not isinstance(context.get(key), bool):
             return f"{key} must be true or false, not {context.get(key)!r} (cookiecutter 2.7+ keeps booleans)"
+    return None
+
+
+def check_combination(context: dict) -> str | None:
     if context.get("license") != "none" and not str(context.get("author_name", "")).strip():
         return (f"the {context.get('license')} license needs a copyright holder: "
                 "set author_name, or choose license 'none'")
@@ -84,6 +104,7 @@ def validate(context: dict) -> str | None:
         or check_slug(context["project_slug"])
         or check_seed(context["seed"])
         or check_python_version(context["python_version"])
+        or check_choices(context)
         or check_combination(context)
     )
 

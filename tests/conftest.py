@@ -2,10 +2,49 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+TEMPLATE_DIR = ROOT / "{{cookiecutter.project_slug}}"
 COOKIECUTTER_JSON = json.loads((ROOT / "cookiecutter.json").read_text(encoding="utf-8"))
 # The name that every quoting bug trips over: both quote kinds, a backslash, and Chinese.
 AWKWARD_NAME = 'O\'Brien "Quoted" 项目 back\\slash'
+IDENTITY = {"GIT_AUTHOR_NAME": "Ada Test", "GIT_AUTHOR_EMAIL": "ada@example.org",
+            "GIT_COMMITTER_NAME": "Ada Test", "GIT_COMMITTER_EMAIL": "ada@example.org"}
+
+
+def load(name: str, path: Path):
+    """Imports a hook as a module: its checks are plain functions, its template line sits under __main__."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+pre_gen = load("pre_gen_project", ROOT / "hooks" / "pre_gen_project.py")
+post_gen = load("post_gen_project", ROOT / "hooks" / "post_gen_project.py")
+
+
+def clean_git_env(home: Path, **extra: str) -> dict[str, str]:
+    """This process's environment with git made blind to the machine's settings.
+
+    HOME (and XDG_CONFIG_HOME) point at an empty folder and the system config is off, so that git
+    knows an identity only when a test gives one; GIT_* variables of the caller are dropped.
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), GIT_CONFIG_NOSYSTEM="1", **extra)
+    return env
+
+
+
+def cookiecutter_cli(out: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Runs cookiecutter's command line as a user would, without prompts, into the folder `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    return subprocess.run([sys.executable, "-m", "cookiecutter", "--no-input", "-o", str(out), str(ROOT), *args],
+                          capture_output=True, text=True, env=env)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,18 +13,8 @@ try:  # Python 3.11+
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from conftest import AWKWARD_NAME, COOKIECUTTER_JSON, ROOT
+from conftest import AWKWARD_NAME, COOKIECUTTER_JSON, ROOT, cookiecutter_cli, post_gen, pre_gen
 
-
-def load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pre_gen = load("pre_gen_project", ROOT / "hooks" / "pre_gen_project.py")
-post_gen = load("post_gen_project", ROOT / "hooks" / "post_gen_project.py")
 sys.path.insert(0, str(ROOT))
 import local_extensions  # noqa: E402
 
@@ -60,17 +48,116 @@ REFUSALS = {
 }
 
 
+# Values that cookiecutter itself refuses, before any hook runs: a choice that is not in
+# cookiecutter.json's list, a boolean it cannot read. Each: the extra context, and a piece of the
+# last line of cookiecutter's traceback, which is the reason.
+REFUSED_BY_COOKIECUTTER = {
+    "dataset not a choice": (
+        {"dataset": "Digits"},
+        "ValueError: Digits provided for choice variable dataset, but the choices are ['synthetic', 'digits'].",
+    ),
+    "license not a choice": ({"license": "GPL"}, "ValueError: GPL provided for choice variable license"),
+    "init_git not a boolean": (
+        {"init_git": "maybe"}, "ValueError: maybe provided for variable init_git could not be converted to a boolean.",
+    ),
+}
+
+
+def pairs(context: dict) -> list[str]:
+    return [f"{key}={value}" for key, value in context.items()]
+
+
 @pytest.mark.parametrize("context, message", REFUSALS.values(), ids=REFUSALS.keys())
 def test_a_refused_input_prints_one_line_exits_non_zero_and_leaves_no_folder(context, message, tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    pairs = [f"{key}={value}" for key, value in context.items()]
-    result = subprocess.run([sys.executable, "-m", "cookiecutter", "--no-input", "-o", str(out), str(ROOT), *pairs],
-                            capture_output=True, text=True)
+    result = cookiecutter_cli(tmp_path / "out", *pairs(context))
     assert result.returncode != 0
     ours = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(ours) == 1 and message in ours[0], result.stderr
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_after_a_hook_refusal_cookiecutter_prints_its_traceback_and_the_hooks_one_line_is_all_it_printed(tmp_path):
+    """What the template README tells the user to expect, in cookiecutter 2.7."""
+    result = cookiecutter_cli(tmp_path / "out", "project_slug=class")
+    assert result.returncode != 0
+    assert result.stderr.splitlines() == ["error: the package name 'class' is a Python keyword"]
+    assert "Stopping generation because pre_gen_project hook script didn't exit successfully" in result.stdout
+    assert result.stdout.rstrip().endswith("Hook script failed (exit status: 1)"), result.stdout
+
+
+@pytest.mark.parametrize("refusal", ["project_slug=class", "dataset=Digits"])
+def test_the_readme_quotes_what_cookiecutter_really_prints_around_a_refusal(refusal, tmp_path):
+    result = cookiecutter_cli(tmp_path / "out", refusal)
+    lines = (result.stderr + result.stdout).strip().splitlines()  # the hook's line comes first on a terminal
+    quoted = [lines[-1]] + ([lines[0], lines[1], lines[-2]] if refusal == "project_slug=class" else [])
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert all(line in readme for line in quoted), quoted
+
+
+@pytest.mark.parametrize("context, message", REFUSED_BY_COOKIECUTTER.values(), ids=REFUSED_BY_COOKIECUTTER.keys())
+def test_a_value_cookiecutter_refuses_ends_its_traceback_with_the_reason_and_leaves_no_folder(
+        context, message, tmp_path):
+    result = cookiecutter_cli(tmp_path / "out", *pairs(context))
+    assert result.returncode != 0
+    assert result.stderr.rstrip().splitlines()[-1].startswith(message), result.stderr
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_replayed_choice_outside_the_list_is_refused_by_the_hook_in_one_line(tmp_path):
+    """A replay file skips cookiecutter's own check of the choices; the hook's check catches it."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"replay_dir: {json.dumps(str(tmp_path / 'replay'))}\n", encoding="utf-8")
+    first = cookiecutter_cli(tmp_path / "first", "--config-file", str(config), "init_git=no")
+    assert first.returncode == 0, first.stdout + first.stderr
+    [replay] = (tmp_path / "replay").glob("*.json")
+    context = json.loads(replay.read_text(encoding="utf-8"))
+    context["cookiecutter"]["dataset"] = "Digits"
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(context), encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    result = subprocess.run([sys.executable, "-m", "cookiecutter", "--config-file", str(config),
+                             "--replay-file", str(edited), "-o", str(out), str(ROOT)], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert result.stderr.splitlines() == ["error: dataset 'Digits' is not one of synthetic, digits"], result.stderr
     assert list(out.iterdir()) == []
+
+
+def test_the_hook_knows_the_same_choices_and_booleans_as_cookiecutter_json():
+    options = {key: value for key, value in COOKIECUTTER_JSON.items() if not key.startswith("_")}
+    choices = {key: tuple(value) for key, value in options.items() if isinstance(value, list)}
+    booleans = {key for key, value in options.items() if isinstance(value, bool)}
+    assert pre_gen.CHOICES == choices
+    assert set(pre_gen.BOOLEANS) == booleans
+
+
+def test_a_choice_outside_the_list_is_refused_in_one_line_naming_the_choices():
+    assert pre_gen.check_choices(defaults(dataset="Digits")) == "dataset 'Digits' is not one of synthetic, digits"
+    assert pre_gen.check_choices(defaults(license="GPL")) == (
+        "license 'GPL' is not one of MIT, BSD-3-Clause, Apache-2.0, none")
+
+
+def test_the_hook_prints_nothing_but_its_one_line_reason(capsys):
+    assert pre_gen.main(defaults(project_slug="class")) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == ["error: the package name 'class' is a Python keyword"]
+
+
+def test_the_default_e_mail_is_empty_and_valid():
+    assert COOKIECUTTER_JSON["author_email"] == ""
+    assert pre_gen.check_combination(defaults()) is None
+    assert "Enter for none" in COOKIECUTTER_JSON["__prompts__"]["author_email"]
+
+
+def test_init_git_is_an_option_on_by_default_with_a_prompt():
+    assert COOKIECUTTER_JSON["init_git"] is True
+    assert "git" in COOKIECUTTER_JSON["__prompts__"]["init_git"]
+
+
+def test_the_package_name_prompt_says_latin_letters_are_needed_and_what_happens_without():
+    prompt = COOKIECUTTER_JSON["__prompts__"]["project_slug"]
+    assert "Latin letters" in prompt and "'project'" in prompt
 
 
 @pytest.mark.parametrize("slug", ["my_project", "o_brien_quoted_back_slash", "mnist2", "match"])
@@ -88,8 +175,9 @@ def test_the_defaults_pass_every_check():
     assert pre_gen.main(defaults()) == 0
 
 
-def test_a_non_boolean_option_is_refused():
-    assert "must be true or false" in pre_gen.check_combination(defaults(github_actions="yes"))
+@pytest.mark.parametrize("key", ["github_actions", "pre_commit", "init_git"])
+def test_a_non_boolean_option_is_refused(key):
+    assert "must be true or false" in pre_gen.check_choices(defaults(**{key: "yes"}))
 
 
 def test_an_old_cookiecutter_is_refused(monkeypatch):
@@ -111,6 +199,40 @@ def test_post_gen_removes_what_the_options_turned_off_and_can_run_twice(tmp_path
 
 def test_post_gen_keeps_everything_the_options_turned_on(tmp_path):
     assert post_gen.paths_to_remove(defaults()) == []
+
+
+def test_the_next_steps_message_is_one_line_when_there_is_nothing_to_warn_about(tmp_path):
+    """cruft prints it again on every diff and update, so it is short."""
+    (tmp_path / "LICENSE").write_text("Copyright (c) 2026 Ada Lovelace\n", encoding="utf-8")
+    message = post_gen.next_steps(defaults(author_name="Ada Lovelace"), tmp_path, [])
+    assert message == "Created my_project/. Next steps: my_project/README.md, 'Quick start'."
+
+
+def test_the_next_steps_message_carries_the_notes_it_is_given(tmp_path):
+    message = post_gen.next_steps(defaults(), tmp_path, ["note: one", "note: two"])
+    assert message.splitlines()[1:] == ["note: one", "note: two"]
+
+
+@pytest.mark.parametrize("name", ["复现实验", "项目 !"])
+def test_a_project_name_without_latin_letters_gets_a_note_on_why_the_package_is_called_project(name, tmp_path):
+    assert local_extensions.identifier(name) == "project"
+    message = post_gen.next_steps(defaults(project_name=name, project_slug="project"), tmp_path, [])
+    assert "no Latin letters" in message and "project_slug=" in message
+
+
+@pytest.mark.parametrize("name, slug", [("Project", "project"), ("复现实验", "fuxian")])
+def test_a_package_name_that_was_chosen_gets_no_such_note(name, slug, tmp_path):
+    assert "Latin letters" not in post_gen.next_steps(defaults(project_name=name, project_slug=slug), tmp_path, [])
+
+
+def test_a_license_naming_the_placeholder_author_gets_a_note(tmp_path):
+    (tmp_path / "LICENSE").write_text("Copyright (c) 2026 Your Name\n", encoding="utf-8")
+    message = post_gen.next_steps(defaults(), tmp_path, [])
+    assert "LICENSE names the placeholder 'Your Name'" in message and "author_name=" in message
+
+
+def test_no_license_means_no_placeholder_note(tmp_path):
+    assert "placeholder" not in post_gen.next_steps(defaults(license="none"), tmp_path, [])
 
 
 def test_the_identifier_filter_lowercases_and_joins_other_characters_with_underscores():

@@ -1,12 +1,20 @@
-"""Shared helpers: run the training script in fresh processes, exactly as a user reruns it."""
+"""Shared helpers: run the training script in fresh processes, exactly as a user reruns it.
+
+Nothing here races the clock. Each run is its own process group (so a kill reaches its loader
+workers too) and writes its output to files (so no pipe can block it); a test waits for a state
+on disk, never for "long enough", and its time limits only stop a run that hangs.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,6 +27,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Short runs keep the suite fast; two epochs still cover shuffling across epochs and evaluation.
 # Checkpointing every 4 steps changes no result, and gives the resume tests checkpoints to use.
 FAST = ("--epochs", "2", "--device", "cpu", "--checkpoint-every", "4")
+HANG = 900  # seconds after which a run counts as hung (a 2-epoch run takes a few seconds)
 
 
 @contextmanager
@@ -56,24 +65,95 @@ def python_env(**changes: str | None) -> dict[str, str]:
     return env
 
 
-def start_module(module: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", f"{PACKAGE}.{module}", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or python_env(),
-    )
+@dataclass
+class Process:
+    """A child process in its own process group, its stdout and stderr in files."""
+
+    popen: subprocess.Popen
+    log: Path
+
+    @property
+    def stdout(self) -> str:
+        return self.log.with_suffix(".out").read_text()
+
+    @property
+    def stderr(self) -> str:
+        return self.log.with_suffix(".err").read_text()
+
+    def wait(self) -> int:
+        """The exit status; a hung process (and its workers) is killed and reported."""
+        try:
+            return self.popen.wait(timeout=HANG)
+        except subprocess.TimeoutExpired:
+            self.kill_group(signal.SIGKILL)
+            self.popen.wait()
+            raise AssertionError(f"{self.log.name} hung for {HANG} s; stderr:\n{self.stderr[-3000:]}") from None
+
+    def kill_group(self, signum: int) -> None:
+        try:
+            os.killpg(self.popen.pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+def start(command: list[str], log: Path, env: dict[str, str] | None = None) -> Process:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
+        popen = subprocess.Popen(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True,
+                                 env=env or python_env(), start_new_session=True)
+    return Process(popen, log)
+
+
+def start_module(module: str, *args: str, log: Path, env: dict[str, str] | None = None) -> Process:
+    return start([sys.executable, "-m", f"{PACKAGE}.{module}", *args], log, env)
+
+
+def wait_until(condition, process: Process, what: str) -> None:
+    """Waits for `condition()` as long as `process` runs: a state, not a duration."""
+    while not condition():
+        if process.popen.poll() is not None:
+            raise AssertionError(f"{process.log.name} ended before {what}; stderr:\n{process.stderr[-3000:]}")
+        time.sleep(0.02)
 
 
 def train_many(root: Path, runs: dict[str, tuple[tuple[str, ...], dict]]) -> dict[str, Run]:
     """Starts one fresh `python -m <package>.train` per entry (flags, environment changes), all at
     once, and reads each run."""
-    processes = {name: start_module("train", "--out", str(root / name), *FAST, *args, env=python_env(**env))
+    processes = {name: start_module("train", "--out", str(root / name), *FAST, *args, log=root / f"{name}.log",
+                                    env=python_env(**env))
                  for name, (args, env) in runs.items()}
-    results = {}
     for name, process in processes.items():
-        _, stderr = process.communicate(timeout=600)
-        assert process.returncode == 0, f"run {name} failed:\n{stderr}"
-        results[name] = read_run(root / name)
-    return results
+        assert process.wait() == 0, f"run {name} failed:\n{process.stderr[-3000:]}"
+    return {name: read_run(root / name) for name in runs}
+
+
+class SetUpFailure:
+    """A shared set-up that failed: the first test that needs it fails with the error, the others
+    skip and name that test. One report, not the same traceback once per test."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.message = f"{type(error).__name__}: {error}"
+        self.reported_by: str | None = None
+
+    def report(self, request: pytest.FixtureRequest) -> None:
+        if self.reported_by is not None:
+            pytest.skip(f"its set-up failed; see {self.reported_by}")
+        self.reported_by = request.node.nodeid
+        pytest.fail(f"set-up failed: {self.message}", pytrace=False)
+
+
+def once(make):
+    """Runs make() and keeps its value, or the failure to report once."""
+    try:
+        return make()
+    except Exception as error:  # any failure of a set-up is reported, once, by a test
+        return SetUpFailure(error)
+
+
+def value_of(result, request: pytest.FixtureRequest):
+    if isinstance(result, SetUpFailure):
+        result.report(request)
+    return result
 
 
 # The runs that the specifications compare, each in its own process, so that a match cannot come
@@ -93,5 +173,10 @@ RUNS = {
 
 
 @pytest.fixture(scope="session")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
-    return train_many(tmp_path_factory.mktemp("runs"), RUNS)
+def all_runs(tmp_path_factory: pytest.TempPathFactory):
+    return once(lambda: train_many(tmp_path_factory.mktemp("runs"), RUNS))
+
+
+@pytest.fixture
+def runs(all_runs, request) -> dict[str, Run]:
+    return value_of(all_runs, request)

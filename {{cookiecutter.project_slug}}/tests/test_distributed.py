@@ -5,20 +5,18 @@ Selected with `pytest -m distributed` (a plain `pytest` leaves them out to stay 
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
 
-from conftest import FAST, PACKAGE, python_env, read_run
+from conftest import FAST, PACKAGE, once, read_run, start, value_of
 
 pytestmark = pytest.mark.distributed
 
 
-@pytest.fixture(scope="module")
-def ddp_runs(tmp_path_factory):
-    """Three `torchrun --standalone --nproc_per_node=2` launches on loopback, all at once."""
-    root = tmp_path_factory.mktemp("ddp")
+def launch(root):
+    """Three `torchrun --standalone --nproc_per_node=2` launches on loopback and one plain run,
+    all at once."""
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     commands = {
         "seed7": [*torchrun, "-m", f"{PACKAGE}.train", *FAST, "--seed", "7"],
@@ -26,15 +24,23 @@ def ddp_runs(tmp_path_factory):
         "seed8": [*torchrun, "-m", f"{PACKAGE}.train", *FAST, "--seed", "8"],
         "seed7_one_process": [sys.executable, "-m", f"{PACKAGE}.train", *FAST, "--seed", "7"],
     }
-    processes = {name: subprocess.Popen([*command, "--out", str(root / name)], stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True, env=python_env())
+    processes = {name: start([*command, "--out", str(root / name)], root / f"{name}.log")
                  for name, command in commands.items()}
     results = {}
     for name, process in processes.items():
-        stdout, stderr = process.communicate(timeout=300)
-        assert process.returncode == 0, f"{name}:\n{stderr[-3000:]}"
-        results[name] = (read_run(root / name), stdout)
+        assert process.wait() == 0, f"{name}:\n{process.stderr[-3000:]}"
+        results[name] = (read_run(root / name), process.stdout)
     return results
+
+
+@pytest.fixture(scope="module")
+def ddp_runs_or_failure(tmp_path_factory):
+    return once(lambda: launch(tmp_path_factory.mktemp("ddp")))
+
+
+@pytest.fixture
+def ddp_runs(ddp_runs_or_failure, request):
+    return value_of(ddp_runs_or_failure, request)
 
 
 def test_two_torchrun_launches_with_one_seed_give_identical_weights(ddp_runs):

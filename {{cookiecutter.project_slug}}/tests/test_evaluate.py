@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from {{ cookiecutter.project_slug }}.data import ImageDataset, load_arrays, make_loader, split
-from {{ cookiecutter.project_slug }}.model import Net
+from {{ cookiecutter.project_slug }}.config import Config
+from {{ cookiecutter.project_slug }}.data import make_datasets
+from {{ cookiecutter.project_slug }}.model import make_model
 from {{ cookiecutter.project_slug }}.train import evaluate
+from {{ cookiecutter.project_slug }}.utils.loader import make_loader
 
 SEED = 5
 
@@ -16,22 +18,21 @@ SEED = 5
 def trained():
     """A model trained a few steps (shared: evaluate must leave it unchanged, which the tests check)."""
     torch.manual_seed(SEED)
-    (train_images, train_labels), (val_images, val_labels) = split(
-        *load_arrays({{ cookiecutter.dataset|tojson }}, SEED), SEED)
-    model = Net()
+    config = Config(seed=SEED)
+    train_set, val_set = make_datasets(config)
+    train_images, train_labels = train_set.images, train_set.labels
+    model = make_model(config)
     # A few training steps give BatchNorm running statistics that differ from their defaults,
     # so an evaluation that updated them would be caught.
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     model.train()
     for start in range(0, 256, 64):
-        images = torch.from_numpy(train_images[start : start + 64])
-        labels = torch.from_numpy(train_labels[start : start + 64])
+        images, labels = train_images[start : start + 64], train_labels[start : start + 64]
         loss = torch.nn.functional.cross_entropy(model(images), labels)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    loader = make_loader(ImageDataset(val_images, val_labels, seed=SEED, train=False),
-                         batch_size=64, seed=SEED, shuffle=False)
+    loader = make_loader(val_set, batch_size=64, seed=SEED, train=False)
     return model, loader
 
 

@@ -76,3 +76,28 @@ def test_a_resumed_run_relaunches_with_the_recorded_seed_when_no_seed_is_typed(t
             f"relaunch_with_hash_seed(['--out', {str(tmp_path)!r}, '--resume'], default_seed=42)\n"
             f"print(hash_seed_in_effect())")
     assert set_order(code, "123").strip() == "7"
+
+
+def test_a_flag_without_its_value_gets_trains_own_one_line_error_not_the_hash_seed_parsers():
+    result = subprocess.run([sys.executable, "-m", f"{PACKAGE}.train", "--seed"], capture_output=True, text=True,
+                            env=python_env())
+    assert result.returncode == 2
+    assert result.stderr == f"python -m {PACKAGE}.train: error: argument --seed: expected one argument\n"
+
+
+def test_the_hash_seed_scan_leaves_every_malformed_command_line_to_train():
+    from {{ cookiecutter.project_slug }}.utils.hashseed import seed_from_command_line
+
+    assert seed_from_command_line(["--seed"], 5) == "5"  # no value: the default, and train reports it
+    assert seed_from_command_line(["--out"], 5) == "5"
+    assert seed_from_command_line(["--resume", "--out"], 5) == "5"
+    assert seed_from_command_line(["--seed=9"], 5) == "9"
+    assert seed_from_command_line(["--out", "x", "--seed", "8"], 5) == "8"
+
+
+def test_python_dash_m_the_package_lists_its_commands():
+    result = subprocess.run([sys.executable, "-m", PACKAGE], capture_output=True, text=True, env=python_env())
+    assert result.returncode == 0
+    for command in ("train", "verify", "compare", "doctor"):
+        assert f"python -m {PACKAGE}.{command} " in result.stdout
+    assert f"torchrun --standalone --nproc-per-node 2 -m {PACKAGE}.train" in result.stdout

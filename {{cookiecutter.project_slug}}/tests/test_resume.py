@@ -10,69 +10,98 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import time
+import sys
 from pathlib import Path
 
 import pytest
 
 from {{ cookiecutter.project_slug }}.train import main
 
-from conftest import FAST, read_run, start_module
+from conftest import FAST, PACKAGE, python_env, read_run, start, start_module, value_of, wait_until
 
 ARGS = (*FAST, "--seed", "7")
 
-# Runs stopped in the middle, then resumed: (checkpoint step after which the signal goes, the
-# signal, extra flags, whether the newest checkpoint is then cut in half as by a full disk).
+# Runs stopped in the middle, then resumed: (the step at which the run is held and signalled,
+# the signal, extra flags, whether the newest checkpoint is then cut in half as by a full disk).
+# With a checkpoint every 4 steps, a kill at step 10 loses steps 9 and 10: the resumed run must
+# cut their rows from metrics.csv and train them again.
 INTERRUPTIONS = {
-    "sigkill": (8, signal.SIGKILL, (), False),  # after the 2nd checkpoint, mid-epoch
+    "sigkill": (10, signal.SIGKILL, (), False),  # mid-epoch, two steps after the newest checkpoint
     # mid-way through the second epoch, with loader workers, and a damaged newest checkpoint
-    "sigkill_workers2": (28, signal.SIGKILL, ("--num-workers", "2"), True),
-    "sigterm": (8, signal.SIGTERM, (), False),
+    "sigkill_workers2": (30, signal.SIGKILL, ("--num-workers", "2"), True),
+    "sigterm": (8, signal.SIGTERM, (), False),  # held after step 8: checkpoints there, exits 143
 }
 
+# The real training code, held at a chosen step: after writing that step's metrics row (and
+# putting it on disk), it writes a marker file and waits in signal.pause() for the test's signal.
+# So the signal arrives at the step the test chose, however fast or loaded the machine is.
+HELD_AT_STEP = """
+import os, signal, sys
+from pathlib import Path
+from {package}.runs import MetricsLog
+from {package}.train import main
 
-def newest_checkpoint_step(run: Path) -> int:
-    """The step of the newest checkpoint on disk (0 for none). Not "is step k there": only the last
-    three are kept, so on a busy machine step k's may be gone before the test looks."""
-    return max((int(path.stem.split("-")[1]) for path in (run / "checkpoints").glob("step-*.pt")), default=0)
+step, marker, write = int(sys.argv[1]), Path(sys.argv[2]), MetricsLog.write
+
+def write_then_hold(log, epoch, at_step, split, loss, accuracy):
+    write(log, epoch, at_step, split, loss, accuracy)
+    if split == "train" and at_step == step:
+        log.sync()
+        marker.write_text("held")
+        signal.pause()  # returns after a signal handler ran (SIGTERM); SIGKILL ends the process here
+
+MetricsLog.write = write_then_hold
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def start_held(run: Path, step: int, extra: tuple[str, ...]):
+    marker = run.parent / f"{run.name}.held"
+    # Started with -c, so the package does not relaunch itself: set the hash seed it would set.
+    process = start([sys.executable, "-c", HELD_AT_STEP.format(package=PACKAGE), str(step), str(marker),
+                     "--out", str(run), *ARGS, *extra], run.parent / f"{run.name}-stopped.log",
+                    env=python_env(PYTHONHASHSEED="7"))
+    return process, marker
 
 
 def interrupt_and_resume(root: Path, plans: dict) -> tuple[dict, dict, dict]:
-    """Starts one run per plan, all at once. Sends each its signal as soon as a checkpoint of its
-    step or later is on disk; once it has stopped, damages its newest checkpoint if the plan says so, and
-    starts `--resume` at once. Returns (stopped, resumed, damaged): each run's exit status and
-    stderr when stopped, its resumed Run and stderr, and the damaged file."""
-    processes = {name: start_module("train", "--out", str(root / name), *ARGS, *extra)
-                 for name, (_, _, extra, _) in plans.items()}
-    signalled, stopped, resumers, damaged = set(), {}, {}, {}
-    deadline = time.monotonic() + 300
-    while len(resumers) < len(plans) and time.monotonic() < deadline:
-        for name, (step, sig, extra, damage) in plans.items():
-            process = processes[name]
-            if name not in signalled and (newest_checkpoint_step(root / name) >= step or process.poll() is not None):
-                process.send_signal(sig)
-                signalled.add(name)
-            elif name in signalled and name not in resumers and process.poll() is not None:
-                stopped[name] = (process.returncode, process.communicate()[1])
-                assert not (root / name / "summary.json").exists(), f"{name} finished before it was interrupted"
-                if damage:
-                    newest = sorted((root / name / "checkpoints").glob("step-*.pt"))[-1]
-                    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
-                    damaged[name] = newest
-                resumers[name] = start_module("train", "--out", str(root / name), "--resume", *extra)
-        time.sleep(0.002)
+    """Starts one run per plan, all at once; holds each at its step, signals it (SIGKILL goes to
+    its whole process group: loader workers too), waits for it to end, damages its newest
+    checkpoint if the plan says so, then resumes them all with --resume. Returns (stopped,
+    resumed, damaged): each run's exit status and stderr when stopped, its resumed Run and
+    stderr, and the damaged file."""
+    held = {name: start_held(root / name, step, extra) for name, (step, _, extra, _) in plans.items()}
+    stopped, damaged = {}, {}
+    for name, (process, marker) in held.items():
+        wait_until(marker.exists, process, f"reaching step {plans[name][0]}")
+        sig = plans[name][1]
+        process.kill_group(sig) if sig == signal.SIGKILL else process.popen.send_signal(sig)
+        stopped[name] = (process.wait(), process.stderr)
+        process.kill_group(signal.SIGKILL)  # no worker outlives its run
+        assert not (root / name / "summary.json").exists(), f"{name} finished before it was interrupted"
+        if plans[name][3]:
+            newest = sorted((root / name / "checkpoints").glob("step-*.pt"))[-1]
+            newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+            damaged[name] = newest
+    resumers = {name: start_module("train", "--out", str(root / name), "--resume", *plans[name][2],
+                                   log=root / f"{name}-resumed.log") for name in plans}
     resumed = {}
     for name, process in resumers.items():
-        _, stderr = process.communicate(timeout=300)
-        assert process.returncode == 0, f"{name}: {stderr}"
-        resumed[name] = (read_run(root / name), stderr)
+        assert process.wait() == 0, f"{name}: {process.stderr}"
+        resumed[name] = (read_run(root / name), process.stderr)
     return stopped, resumed, damaged
 
 
-
 @pytest.fixture(scope="module")
-def interrupted(tmp_path_factory):
-    return interrupt_and_resume(tmp_path_factory.mktemp("interrupted"), INTERRUPTIONS)
+def interrupted_or_failure(tmp_path_factory):
+    from conftest import once
+
+    return once(lambda: interrupt_and_resume(tmp_path_factory.mktemp("interrupted"), INTERRUPTIONS))
+
+
+@pytest.fixture
+def interrupted(interrupted_or_failure, request):
+    return value_of(interrupted_or_failure, request)
 
 
 @pytest.mark.parametrize("name", ["sigkill", "sigkill_workers2", "sigterm"])
@@ -85,13 +114,26 @@ def test_a_resumed_run_has_the_weights_and_every_metrics_row_of_the_run_never_st
     assert run.weights == reference.weights
 
 
+@pytest.mark.parametrize("name", ["sigkill", "sigterm"])
+def test_a_kill_at_any_instant_never_leaves_a_damaged_checkpoint(name, interrupted):
+    """Checkpoints are written to a temporary file and renamed: the resumed run met none torn."""
+    _, resumed, _ = interrupted
+    _, stderr = resumed[name]
+    assert "skipping damaged checkpoint" not in stderr
+
+
 def test_sigterm_finishes_the_step_writes_a_checkpoint_and_says_how_to_resume(interrupted):
     stopped, _, _ = interrupted
     returncode, stderr = stopped["sigterm"]
     assert returncode == 128 + signal.SIGTERM
     lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and "SIGTERM" in lines[0] and "--resume" in lines[0]
+    assert len(lines) == 1 and "SIGTERM: stopped after step 8" in lines[0] and "--resume" in lines[0]
     assert "Traceback" not in stderr
+
+
+def test_sigkill_is_a_real_kill(interrupted):
+    stopped, _, _ = interrupted
+    assert stopped["sigkill"][0] == -signal.SIGKILL and stopped["sigkill_workers2"][0] == -signal.SIGKILL
 
 
 def test_a_truncated_newest_checkpoint_is_named_in_a_warning_and_skipped(interrupted):
@@ -147,6 +189,16 @@ def test_resume_where_no_checkpoint_is_intact_is_refused(interrupted, tmp_path, 
     for path in (copy / "checkpoints").glob("step-*.pt"):
         path.write_bytes(b"not a checkpoint")
     assert "no intact checkpoint" in refused(["--out", str(copy), "--resume"], capsys)
+
+
+def test_resume_of_a_finished_run_with_other_settings_is_refused_too(runs, capsys):
+    err = refused(["--out", str(runs["seed7"].path), "--resume", "--seed", "3", "--epochs", "300"], capsys)
+    assert "seed (recorded 7, given 3)" in err and "epochs (recorded 2, given 300)" in err
+
+
+def test_resume_of_a_finished_run_with_its_own_settings_has_nothing_to_do(runs, capsys):
+    assert main(["--out", str(runs["seed7"].path), "--resume", "--num-workers", "2"]) == 0
+    assert "nothing to resume" in capsys.readouterr().out
 
 
 def test_resume_where_there_is_no_run_is_refused(tmp_path, capsys):

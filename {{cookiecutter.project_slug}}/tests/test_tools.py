@@ -13,7 +13,7 @@ import pytest
 from {{ cookiecutter.project_slug }} import compare, doctor, verify
 from {{ cookiecutter.project_slug }}.runs import read_run
 
-from conftest import determinism_left_as_found
+from conftest import SetUpFailure, determinism_left_as_found, once, value_of
 
 
 def tampered_copy(run, folder, step: int):
@@ -33,7 +33,16 @@ def files(folder) -> dict:
 
 
 @pytest.fixture(scope="module")
-def tools_ran(runs, tmp_path_factory):
+def tools_ran_or_failure(all_runs, tmp_path_factory):
+    return all_runs if isinstance(all_runs, SetUpFailure) else once(lambda: run_tools(all_runs, tmp_path_factory))
+
+
+@pytest.fixture
+def tools_ran(tools_ran_or_failure, request):
+    return value_of(tools_ran_or_failure, request)
+
+
+def run_tools(runs, tmp_path_factory):
     """The checks that train in fresh processes, all at once: verify on an honest run and on a
     tampered copy (in threads), and doctor. Returns each one's (exit status, output)."""
     honest = runs["seed7_threads2"]
@@ -62,6 +71,24 @@ def test_verify_names_the_step_where_a_tampered_run_diverges(tools_ran):
     returncode, out = tools_ran["verify_tampered"]
     assert returncode == 1, out
     assert "DIVERGED at step 6 (train), loss:" in out
+
+
+def test_verify_never_claims_steps_that_the_run_does_not_have(runs, capsys):
+    run = runs["seed7_threads2"]  # 25 steps
+    with pytest.raises(SystemExit) as exit_info:
+        verify.main([str(run.path), "--steps", "99999"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--steps 99999" in err and "25 steps" in err and "REPRODUCED" not in err
+
+
+def test_compare_says_identical_only_when_nothing_that_matters_differs(runs, tmp_path, capsys):
+    """A config that differs in a result setting is never IDENTICAL, even with equal metrics."""
+    copy = shutil.copytree(runs["seed7"].path, tmp_path / "copy")
+    config = (copy / "config.json").read_text().replace('"lr": 0.05', '"lr": 0.5')
+    (copy / "config.json").write_text(config)
+    assert compare.main([str(runs["seed7"].path), str(copy)]) == 1
+    assert "DIFFERENT" in capsys.readouterr().out
 
 
 def test_compare_finds_identical_runs_identical(runs, capsys):

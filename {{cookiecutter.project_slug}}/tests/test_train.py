@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from {{ cookiecutter.project_slug }}.train import METRIC_FIELDS, RUN_FILES, main
+from {{ cookiecutter.project_slug }}.runs import METRIC_FIELDS, RUN_FILES
+from {{ cookiecutter.project_slug }}.train import main
 from {{ cookiecutter.project_slug }}.utils.repro import state_dict_sha256
 
 from conftest import FAST
@@ -50,6 +51,43 @@ def test_a_run_folder_records_config_environment_metrics_and_summary(runs):
     assert sum(row["split"] == "val" for row in run.metrics) == run.config["epochs"]
 
 
+def test_the_last_metrics_row_holds_the_summarys_figures_exactly(runs):
+    """metrics.csv keeps every bit (repr of each float): a writer that rounded would hide drift
+    from every comparison of two runs, so its final row must equal the summary's floats."""
+    for run in runs.values():
+        last = run.metrics[-1]
+        assert last["split"] == "val"
+        assert float(last["loss"]) == run.summary["val_loss"]
+        assert float(last["accuracy"]) == run.summary["val_accuracy"]
+
+
+def test_the_run_records_the_device_it_used_not_only_auto(runs):
+    run = runs["seed7"]
+    assert run.config["device"] == "cpu"
+    assert run.summary["device"] == run.environment["device"] == "cpu"
+
+
+@pytest.mark.parametrize("typed", ["CPU", " cpu", "Cpu "])
+def test_device_names_are_recorded_in_one_spelling(typed, tmp_path):
+    from {{ cookiecutter.project_slug }}.config import parse_command_line
+
+    typed_settings, _ = parse_command_line(["--device", typed])
+    assert typed_settings["device"] == "cpu"
+
+
+def test_another_seed_with_the_same_data_seed_is_scored_on_the_same_validation_samples():
+    from {{ cookiecutter.project_slug }}.config import Config
+    from {{ cookiecutter.project_slug }}.data import make_datasets
+
+    _, val_7 = make_datasets(Config(seed=7))
+    _, val_8 = make_datasets(Config(seed=8))
+    _, val_other_data = make_datasets(Config(seed=7, data_seed=Config().data_seed + 1))
+    assert torch.equal(torch.stack([val_7[i][0] for i in range(len(val_7))]),
+                       torch.stack([val_8[i][0] for i in range(len(val_8))]))
+    assert not torch.equal(torch.stack([val_7[i][0] for i in range(len(val_7))]),
+                           torch.stack([val_other_data[i][0] for i in range(len(val_other_data))]))
+
+
 def test_an_out_folder_that_holds_a_run_is_refused_and_left_intact(runs, capsys):
     out = runs["seed8"].path
     before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
@@ -82,6 +120,9 @@ BAD_FLAGS = {
     "abbreviated flag": ("--epoch", "3"),
     "prefetch without workers": ("--prefetch-factor", "2"),
     "resume and overwrite": ("--resume", "--overwrite"),
+    "seed without a value": ("--seed",),
+    "out without a value": ("--out",),
+    "dropout above 1": ("--dropout", "1.5"),
 }
 
 
@@ -108,6 +149,15 @@ def test_an_out_path_through_a_file_is_refused_with_one_line(tmp_path, capsys):
         main(["--out", str(tmp_path / "file" / "run")])
     assert exit_info.value.code == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("out", ["/proc/x", "/sys/x", "/proc/x/y"])
+def test_an_out_folder_that_cannot_be_created_gets_one_line_and_exit_2(out, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out", out])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"--out {out}" in err
 
 
 def test_run_files_get_the_usual_permissions_not_private_ones(runs):

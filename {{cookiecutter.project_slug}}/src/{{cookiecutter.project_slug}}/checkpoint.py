@@ -1,9 +1,9 @@
 """Checkpoints that survive a kill at any instant, and the atomic writes they are built on.
 
-A checkpoint holds everything the next step depends on: model, optimizer, learning-rate
-scheduler, every RNG state, the data position (epoch and batches done in it), the step, the
-number of metrics.csv rows written so far, the config, and a format version. Because the data
-order is a function of (seed, epoch) and each sample's augmentation of (seed, epoch, index), the
+A checkpoint holds everything the next step depends on: the TrainingState below (model,
+optimizer, learning-rate scheduler, the data position, the step, the number of metrics.csv rows
+written so far), every rank's RNG states, the config, and a format version. Because the data
+order is a function of (seed, epoch) and each sample's random draws of (seed, epoch, index), the
 data position is enough to resume the data stream exactly, whatever the number of workers.
 
 Every load uses `torch.load(..., weights_only=True)`: a checkpoint is a pickle, and a pickle can
@@ -15,11 +15,13 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 KEEP_LAST = 3  # older checkpoints are deleted once a newer one is safely on disk
 UMASK = os.umask(0)  # read the process's umask (the only way is to set it), then put it back
 os.umask(UMASK)
@@ -89,3 +91,31 @@ def load_latest_checkpoint(folder: Path) -> tuple[dict, Path] | None:
             continue
         return state, path
     return None
+
+
+@dataclass
+class TrainingState:
+    """What the training loop changes as it goes, and so what a checkpoint saves and a resume
+    restores (besides the RNG states, which train.py restores last)."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    epoch: int = 0  # the epoch in progress (or next, at an epoch's end)
+    batch: int = 0  # batches of `epoch` already trained on
+    step: int = 0  # optimizer steps since the start of the run
+    metrics_rows: int = 0  # rows of metrics.csv written up to this point
+    train_seconds: float = 0.0  # time spent training before this process started
+
+    def to_checkpoint(self, rng_states: list[dict], config: dict, seconds: float) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "epoch": self.epoch, "batch": self.batch,
+                "step": self.step, "metrics_rows": self.metrics_rows, "train_seconds": seconds,
+                "rng": rng_states, "config": config}
+
+    def load_checkpoint(self, checkpoint: dict) -> None:
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.scheduler.load_state_dict(checkpoint["scheduler"])
+        self.epoch, self.batch, self.step = checkpoint["epoch"], checkpoint["batch"], checkpoint["step"]
+        self.metrics_rows, self.train_seconds = checkpoint["metrics_rows"], checkpoint["train_seconds"]

@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .config import EXECUTION_ONLY
 from .runs import ENVIRONMENT_KEYS, RunError, differences, first_divergence, read_run
 
 PROG = "python -m {{ cookiecutter.project_slug }}.compare"
@@ -45,7 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"weights_sha256 {label} {run.weights or '(unfinished)'}")
     if args.plot:
         plot(a, b, args.plot)
-    identical = divergence is None and a.weights is not None and a.weights == b.weights
+    # Execution-only settings (workers, checkpoint interval) may differ: they change no result.
+    result_settings = tuple(key for key in dict.fromkeys([*a.config, *b.config]) if key not in EXECUTION_ONLY)
+    same_settings = not differences(a.config, b.config, result_settings)
+    identical = same_settings and divergence is None and a.weights is not None and a.weights == b.weights
     print("IDENTICAL" if identical else "DIFFERENT")
     return 0 if identical else 1
 

@@ -116,14 +116,34 @@ def trial_fingerprint(out: Path) -> str:
     return f"metrics {metrics[:16]} weights {state_dict_sha256(weights)[:16]}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Check this machine for reproducible training.",
                                      allow_abbrev=False)
-    parser.add_argument("--deterministic", choices=DETERMINISM_MODES, default={{ cookiecutter.determinism|tojson }})
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--steps", type=int, default=5, help="steps of each trial run")
-    parser.add_argument("--quick", action="store_true", help="skip the two trial runs")
+    parser.add_argument("--deterministic", choices=DETERMINISM_MODES, default={{ cookiecutter.determinism|tojson }},
+                        help="the mode to check (default: %(default)s)")
+    parser.add_argument("--device", default="auto", help="the device to check (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=5, help="steps of each trial run (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="skip the two trial runs (default: off)")
     parser.error = lambda message: parser.exit(2, f"{PROG}: error: {message}\n")
+    return parser
+
+
+def trial_problems(mode: str, device: str, steps: int) -> list[str]:
+    """Trains `steps` steps twice, in two fresh processes at once, and compares them bit for bit."""
+    with tempfile.TemporaryDirectory(prefix="doctor-") as scratch:
+        outs = [Path(scratch) / name for name in ("first", "second")]
+        processes = [trial_run(out, mode, device, steps) for out in outs]
+        results = [process.communicate() for process in processes]
+        failed = [err for process, (_, err) in zip(processes, results, strict=True) if process.returncode != 0]
+        if failed:
+            return ["a trial run failed: " + (failed[0].strip().splitlines() or ["?"])[-1]]
+        first, second = (trial_fingerprint(out) for out in outs)
+    print(f"two trial runs of {steps} steps in fresh processes: {first} | {second}")
+    return [] if first == second else ["two runs with one seed gave different results on this machine"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, not {args.steps}")
@@ -150,20 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ops that {args.deterministic} mode refuses on {device} (fine unless your model uses them):")
         for name, explanation in refused.items():
             print(f"  {name}: {explanation}")
-
     if not args.quick:
-        with tempfile.TemporaryDirectory(prefix="doctor-") as scratch:
-            outs = [Path(scratch) / name for name in ("first", "second")]
-            processes = [trial_run(out, args.deterministic, str(device), args.steps) for out in outs]
-            results = [process.communicate() for process in processes]
-            failed = [err for process, (_, err) in zip(processes, results, strict=True) if process.returncode != 0]
-            if failed:
-                problems.append("a trial run failed: " + (failed[0].strip().splitlines() or ["?"])[-1])
-            else:
-                first, second = (trial_fingerprint(out) for out in outs)
-                print(f"two trial runs of {args.steps} steps in fresh processes: {first} | {second}")
-                if first != second:
-                    problems.append("two runs with one seed gave different results on this machine")
+        problems += trial_problems(args.deterministic, str(device), args.steps)
 
     for problem in problems:
         print(f"problem: {problem}")

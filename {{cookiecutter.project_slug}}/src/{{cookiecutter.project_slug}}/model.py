@@ -1,7 +1,10 @@
-"""A small convolutional classifier for 8x8 images.
+"""The model: `make_model(config)` is the one place to put yours.
 
-It has BatchNorm and Dropout on purpose: both behave differently in train and eval mode, so a
-forgotten `model.eval()` changes results, and the tests can check that evaluation gets it right.
+The example is a small convolutional classifier for 8x8 images. It has BatchNorm and Dropout on
+purpose: both behave differently in train and eval mode, so a forgotten `model.eval()` changes
+results, and the tests can check that evaluation gets it right. Build every layer inside
+`make_model`: train.py seeds torch's generator just before calling it, so the initial weights are
+a function of the seed.
 """
 
 from __future__ import annotations
@@ -9,9 +12,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .config import Config
+from .data import IMAGE_SIZE, NUM_CLASSES
+
+
+def make_model(config: Config) -> nn.Module:
+    return Net(NUM_CLASSES, width=config.width, dropout=config.dropout)
+
 
 class Net(nn.Module):
-    def __init__(self, num_classes: int = 10, width: int = 16, dropout: float = 0.25) -> None:
+    def __init__(self, num_classes: int = NUM_CLASSES, width: int = 16, dropout: float = 0.25) -> None:
         super().__init__()
         self.features = nn.Sequential(
             nn.Conv2d(1, width, kernel_size=3, padding=1),
@@ -25,7 +35,7 @@ class Net(nn.Module):
         self.classifier = nn.Sequential(
             nn.Flatten(),
             nn.Dropout(dropout),  # draws from torch's generator in train mode, identity in eval
-            nn.Linear(2 * width * 4 * 4, 128),
+            nn.Linear(2 * width * (IMAGE_SIZE // 2) ** 2, 128),
             nn.ReLU(),
             nn.Linear(128, num_classes),
         )

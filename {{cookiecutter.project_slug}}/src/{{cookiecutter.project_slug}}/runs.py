@@ -1,7 +1,14 @@
-"""Run folders: starting a fresh run, reading one back, finding where two part. For verify, compare, doctor.
+"""The run folder: every file a run writes, its writers and readers together, in one schema.
 
-Metrics are compared as the exact strings train.py wrote (repr of each float), so "equal" here
-means equal bit for bit.
+    config.json       every setting of the run (config.Config: the single source of truth)
+    environment.json  versions, devices, determinism flags and environment variables in effect
+    metrics.csv       one row per optimizer step (split=train) and per evaluation (split=val)
+    checkpoints/      the last few checkpoints, for --resume
+    model.pt          the final state_dict (load it with torch.load(..., weights_only=True))
+    summary.json      seeds, device, weights_sha256, train_seconds and the final evaluation
+
+Metrics are written as repr() of each float, which round-trips exactly, and compared as those
+strings, so "equal" here means equal bit for bit.
 """
 
 from __future__ import annotations
@@ -9,18 +16,32 @@ from __future__ import annotations
 import csv
 import json
 import os
+import platform
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import torch
+
+from .checkpoint import atomic_write, atomic_write_text
+from .utils.device import available_devices
+from .utils.hashseed import hash_seed_in_effect
+from .utils.repro import determinism_flags, state_dict_sha256
+
+RUN_FILES = ("config.json", "environment.json", "metrics.csv", "model.pt", "summary.json", "checkpoints")
 METRIC_FIELDS = ("epoch", "step", "split", "loss", "accuracy")
 # What must match for PyTorch to promise bitwise equality; other environment keys are informative.
 ENVIRONMENT_KEYS = ("python", "torch", "numpy", "cuda", "cudnn", "device", "device_name", "intra_op_threads",
                     "python_hash_seed", "determinism", "platform", "world_size")
+# Environment variables that change results or say how they were obtained; recorded per run.
+RECORDED_ENV = ("CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES", "PYTHONHASHSEED", "OMP_NUM_THREADS",
+                "MKL_NUM_THREADS", "CUDA_LAUNCH_BLOCKING")
 
 
-def start_training(*args: str, world_size: int = 1) -> subprocess.Popen:
+def start_training(*args: str, world_size: int = 1, **popen) -> subprocess.Popen:
     """`python -m <package>.train ARGS` in a fresh process that imports this same copy of the code,
     installed or not; for a world size above 1, under `torchrun --standalone` on this machine."""
     source = str(Path(__file__).resolve().parents[1])
@@ -29,9 +50,151 @@ def start_training(*args: str, world_size: int = 1) -> subprocess.Popen:
     launcher = [sys.executable]
     if world_size > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}"]
-    return subprocess.Popen([*launcher, "-m", f"{__package__}.train", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
+    return subprocess.Popen([*launcher, "-m", f"{__package__}.train", *args], env=env, **popen)
 
+
+# ---- writing a run --------------------------------------------------------------------------
+
+def out_dir_refusal(out: Path, overwrite: bool) -> str | None:
+    """Why a new run may not go into `out`, or None. Looks only; never touches a run."""
+    existing_parent = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not existing_parent.is_dir():
+        return f"--out {out}: {existing_parent} exists and is not a folder"
+    if not os.access(existing_parent, os.W_OK | os.X_OK):
+        return f"--out {out}: cannot write in {existing_parent}"
+    existing = [name for name in RUN_FILES if (out / name).exists()]
+    if existing and not overwrite:
+        return (f"--out {out} already holds a run ({', '.join(existing)}); "
+                "pass --resume to continue it, --overwrite to replace it, or choose another --out")
+    return None
+
+
+def make_out_dir(out: Path) -> str | None:
+    """Creates `out` and checks that a file can be written there (os.access says yes for root even
+    in /proc); the reason as one line if not. Touches no run file."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / ".write-test", "")
+        (out / ".write-test").unlink()
+    except OSError as error:
+        return f"--out {out}: cannot write there ({error.strerror or error})"
+    return None
+
+
+def clear_run_files(out: Path) -> None:
+    """Removes the files of an earlier run (and only those: other files in `out` stay)."""
+    for name in RUN_FILES:
+        if (out / name).is_dir():
+            shutil.rmtree(out / name)
+        elif (out / name).exists():
+            (out / name).unlink()
+
+
+def write_json(path: Path, data: dict) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+class MetricsLog:
+    """metrics.csv, appended one row at a time. Every rank counts the rows; only rank 0 writes."""
+
+    def __init__(self, path: Path, rows: int, writes: bool) -> None:
+        self.path, self.rows, self.writes = path, rows, writes
+        self.file = None
+
+    def start(self) -> None:
+        """A new file with just the header."""
+        atomic_write_text(self.path, ",".join(METRIC_FIELDS) + "\n")
+
+    def cut_back(self) -> None:
+        """Keeps the header and the first `rows` rows: those a checkpoint had seen. Rows written
+        after it, possibly torn by a kill, are written again by the resumed run."""
+        with open(self.path, newline="", encoding="utf-8") as file:
+            kept = file.read().splitlines(keepends=True)[: 1 + self.rows]
+        atomic_write_text(self.path, "".join(kept))
+
+    def __enter__(self) -> MetricsLog:
+        if self.writes:
+            self.file = open(self.path, "a", newline="", encoding="utf-8")
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.file is not None:
+            self.file.close()
+
+    def write(self, epoch: int, step: int, split: str, loss: float, accuracy: float) -> None:
+        if self.file is not None:
+            # repr() of a float round-trips exactly, so two runs compare bit for bit.
+            csv.writer(self.file, lineterminator="\n").writerow([epoch, step, split, repr(loss), repr(accuracy)])
+        self.rows += 1
+
+    def sync(self) -> None:
+        """Puts the rows on disk: a checkpoint that counts them is written after this."""
+        if self.file is not None:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+
+
+def write_result(out: Path, config, device: torch.device, weights: dict, steps: int, seconds: float,
+                 result: dict[str, float]) -> dict:
+    """model.pt and summary.json, the last files a run writes; returns the summary."""
+    summary = {"seed": config.seed, "data_seed": config.data_seed, "device": str(device),
+               "weights_sha256": state_dict_sha256(weights), "train_seconds": seconds, "steps": steps,
+               "world_size": config.world_size, "val_loss": result["loss"], "val_accuracy": result["accuracy"]}
+    atomic_write(out / "model.pt", lambda file: torch.save(weights, file))
+    write_json(out / "summary.json", summary)
+    return summary
+
+
+def git_commit() -> str | None:
+    """The commit of the project's checkout, with '+dirty' for uncommitted changes; None outside git."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"],
+                                capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+dirty" if dirty else "")
+
+
+def describe_environment(device: torch.device, world_size: int, backend: str | None) -> dict:
+    cuda = torch.cuda.is_available()
+    return {
+        "world_size": world_size,
+        "distributed_backend": backend,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "device": str(device),
+        "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda"
+                        else platform.processor() or platform.machine()),
+        "available_devices": available_devices(),
+        "intra_op_threads": torch.get_num_threads(),
+        "python_hash_seed": hash_seed_in_effect(),
+        "determinism": determinism_flags(),
+        "environment_variables": {name: os.environ.get(name) for name in RECORDED_ENV},
+        "git_commit": git_commit(),
+    }
+
+
+def environment_changes(out: Path, now: dict) -> list[str]:
+    """What differs, among the settings that bitwise equality depends on, between the environment
+    recorded when the run started and `now`."""
+    try:
+        recorded = read_json(out / "environment.json", required=False)
+    except RunError as error:
+        return [str(error)]
+    if recorded is None:
+        return ["environment.json is missing"]
+    return differences(recorded, now, ENVIRONMENT_KEYS)
+
+
+# ---- reading a run --------------------------------------------------------------------------
 
 class RunError(Exception):
     """A run folder that cannot be read; the message is one line for the user."""

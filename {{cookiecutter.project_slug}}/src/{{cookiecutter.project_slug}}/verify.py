@@ -40,8 +40,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     if args.steps is None and original.summary is None:
         parser.error(f"{args.run_dir} did not finish (no summary.json); verify its first steps with --steps N")
+    recorded_steps = len(original.train_losses)
+    if args.steps is not None and args.steps > recorded_steps:  # never claim steps that do not exist
+        parser.error(f"--steps {args.steps}: the run in {args.run_dir} has only {recorded_steps} steps")
 
-    what = f"its first {args.steps} steps" if args.steps else "the whole run"
+    what = (f"the first {args.steps} of its {recorded_steps} steps" if args.steps
+            else f"all {recorded_steps} steps")
     print(f"re-running {what} of {args.run_dir} in a fresh process...", flush=True)
     code, lines = verify(original, args.steps, keep=args.keep)
     print("\n".join(lines))
@@ -50,11 +54,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def verify(original: Run, steps: int | None = None, keep: bool = False) -> tuple[int, list[str]]:
     """Re-runs `original` in a fresh process in a scratch folder and compares: (exit code, report)."""
-    from .train import config_to_flags  # imported here: it brings torch, which a bad RUN_DIR never needs
+    from .config import Config, config_to_flags  # imported here: torch, which a bad RUN_DIR never needs
 
     scratch = Path(tempfile.mkdtemp(prefix="verify-"))
     try:
-        flags = [*config_to_flags(original.config), "--out", str(scratch / "run")]
+        flags = [*config_to_flags(Config.from_dict(original.config)), "--out", str(scratch / "run")]
         if steps is not None:
             flags += ["--stop-after-steps", str(steps)]
         process = start_training(*flags, world_size=int(original.config.get("world_size", 1)))

@@ -14,9 +14,9 @@ second import of torch.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -35,30 +35,59 @@ def hash_seed_in_effect() -> str:
     return os.environ["PYTHONHASHSEED"]
 
 
+def flag_value(argv: list[str], name: str) -> str | None:
+    """The value of `--name VALUE` or `--name=VALUE` in argv, or None. A plain scan, not a parser:
+    a flag with no value, or any other mistake, is left for train's own parser to report."""
+    for position, arg in enumerate(argv):
+        if arg == name and position + 1 < len(argv):
+            return argv[position + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def seed_from_command_line(argv: list[str], default_seed: int) -> str:
     """The run's seed as text: --seed if typed; for --resume without it, the seed recorded in the
-    run folder's config.json (as train.py will use); else the default."""
-    probe = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    probe.add_argument("--seed")
-    probe.add_argument("--out")
-    probe.add_argument("--resume", action="store_true")
-    known = probe.parse_known_args(argv)[0]
-    if known.seed is not None:
-        return known.seed
-    if known.resume:
-        out = Path(known.out) if known.out else Path("runs") / f"seed{default_seed}"
+    run folder's config.json (as train will use); else the default."""
+    typed = flag_value(argv, "--seed")
+    if typed is not None:
+        return typed
+    if "--resume" in argv:
+        out = flag_value(argv, "--out")
+        folder = Path(out) if out else Path("runs") / f"seed{default_seed}"
         try:
-            return str(json.loads((out / "config.json").read_text(encoding="utf-8"))["seed"])
+            return str(json.loads((folder / "config.json").read_text(encoding="utf-8"))["seed"])
         except (OSError, ValueError, KeyError, TypeError):
-            pass  # train.py reports a missing or broken run folder in its own words
+            pass  # train reports a missing or broken run folder in its own words
     return str(default_seed)
+
+
+def started_as_module(module: str) -> bool:
+    """Whether this interpreter was started as `python [options] -m MODULE ...` (torchrun starts
+    its processes so too)."""
+    argv = getattr(sys, "orig_argv", [])
+    position = 1
+    while position < len(argv):
+        arg = argv[position]
+        if arg == "-m":
+            return position + 1 < len(argv) and argv[position + 1] == module
+        if arg.startswith("-m"):
+            return arg[2:] == module
+        if arg in ("-W", "-X"):  # options whose value is the next word
+            position += 1
+        elif not arg.startswith("-") or arg == "-c":
+            return False
+        position += 1
+    return False
 
 
 def relaunch_with_hash_seed(argv: list[str], default_seed: int) -> None:
     """Re-executes this interpreter with PYTHONHASHSEED derived from `--seed`, unless it is in effect.
 
     Returns when nothing needs doing. An invalid --seed is left for the real parser to report.
+    Afterwards, until training installs its own handlers, Ctrl-C exits quietly (nothing to save yet).
     """
+    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(128 + signum))
     relaunched = os.environ.pop(RELAUNCH_MARKER, None)  # children (workers, subprocesses) start clean
     seed_text = seed_from_command_line(argv, default_seed)
     if not seed_text.isdigit() or int(seed_text) > 2**32 - 1:  # repro.MAX_SEED; no torch import here
