@@ -5,12 +5,20 @@
 Bakes the template with its defaults into a scratch folder, imports the baked package, and
 measures, in this one process, alternating the contenders and reporting medians of the repeats:
 
-  loop_vs_plain      steps/s of the generated training step and loader against a minimal
-                     hand-written loop (plain DataLoader, the same model, data and batch size)
+  loop_vs_plain      steps/s of the project's own per-epoch function (train.train_one_epoch, with
+                     its loader and metrics log) against a minimal hand-written loop (a plain
+                     shuffling DataLoader over the same dataset, the same model and batch size)
   strict_vs_off      the generated loop under --deterministic strict against off
   loader_vs_plain_0_workers, loader_vs_plain_2_workers
-                     samples/s of the seeded loader against a plain shuffling DataLoader over the
-                     same images and augmentation (drawn from the global generators)
+                     samples/s of the project's loader (keyed randomness) against a plain shuffling
+                     DataLoader over the same example dataset, whose augmentation draws from the
+                     global generators
+  slow_loader_vs_plain_0_workers, slow_loader_vs_plain_2_workers
+                     the same over a dataset whose __getitem__ costs about 200 µs (a realistic
+                     image decode, simulated by a busy wait)
+  keyed_randomness_us_per_sample
+                     what the keyed randomness adds per sample in the main process, in µs:
+                     the difference of the two loaders' time per sample, 0 workers, example data
   lightning_vs_ours  the same model through lightning.Trainer(deterministic=True), steps/s relative
                      to ours (only where lightning is installed)
   checkpoint_ms      milliseconds per checkpoint save of the example model (atomic, fsynced)
@@ -26,11 +34,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
-import io
 import json
 import logging
 import platform
-import random
 import statistics
 import subprocess
 import sys
@@ -38,7 +44,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
@@ -55,22 +60,20 @@ def bake(folder: Path) -> tuple[Path, float]:
     return folder / PACKAGE, time.perf_counter() - start
 
 
-class PlainAugmented(Dataset):
-    """The same images and augmentation as the baked dataset, drawn the usual way: from the global
-    generators, integer indices, no epoch. What most projects write."""
+class Slow(Dataset):
+    """A dataset whose __getitem__ costs about `microseconds` more: a decode, simulated."""
 
-    def __init__(self, images: np.ndarray, labels: np.ndarray, augment) -> None:
-        self.images, self.labels, self.augment = torch.from_numpy(images), torch.from_numpy(labels), augment
+    def __init__(self, dataset: Dataset, microseconds: int = 200) -> None:
+        self.dataset, self.nanoseconds = dataset, microseconds * 1000
 
     def __len__(self) -> int:
-        return len(self.labels)
+        return len(self.dataset)
 
     def __getitem__(self, index: int):
-        image = self.images[index].numpy()
-        contrast = random.uniform(0.8, 1.2)
-        shift = np.random.randint(-1, 2, size=2)
-        noise = np.random.normal(0.0, 0.05, size=image.shape).astype(np.float32)
-        return torch.from_numpy(self.augment(image, contrast, shift, noise)), self.labels[index]
+        until = time.perf_counter_ns() + self.nanoseconds
+        while time.perf_counter_ns() < until:
+            pass
+        return self.dataset[index]
 
 
 def median_rate(measure, repeats: int) -> float:
@@ -87,45 +90,43 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="repro-bench-"))
     project, bake_seconds = bake(scratch)
     sys.path.insert(0, str(project / "src"))
+    config_module = importlib.import_module(f"{PACKAGE}.config")
     data = importlib.import_module(f"{PACKAGE}.data")
     train = importlib.import_module(f"{PACKAGE}.train")
     repro = importlib.import_module(f"{PACKAGE}.utils.repro")
+    loader_module = importlib.import_module(f"{PACKAGE}.utils.loader")
     checkpoint = importlib.import_module(f"{PACKAGE}.checkpoint")
+    runs = importlib.import_module(f"{PACKAGE}.runs")
     model_module = importlib.import_module(f"{PACKAGE}.model")
     torch.set_num_threads(1)  # as the generated project does, for both contenders
 
-    (images, labels), _ = data.split(*data.load_arrays("synthetic", 0), 0)
-    ours_set = data.ImageDataset(images, labels, seed=0, train=True)
-    plain_set = PlainAugmented(images, labels, data.augment)
+    config = config_module.Config(seed=0, dataset="synthetic")
+    train_set, _ = data.make_datasets(config)
+    slow_set = Slow(train_set)
     device = torch.device("cpu")
 
-    def new_model_and_optimizer():
-        model = model_module.Net()
+    def new_state():
+        model = model_module.make_model(config)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
         scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.05, total_steps=10 * steps)
-        return model, optimizer, scheduler
+        return checkpoint.TrainingState(model, optimizer, scheduler)
 
     def ours_steps_per_second() -> float:
-        """The generated loop: seeded loader, train_one_step, a metrics row per step."""
-        model, optimizer, scheduler = new_model_and_optimizer()
-        loader = data.make_loader(ours_set, BATCH, seed=0, shuffle=True)
-        rows = io.StringIO()
-        done, epoch, start = 0, 0, time.perf_counter()
-        while done < steps:
-            loader.sampler.set_epoch(epoch)
-            for batch in loader:
-                loss, accuracy = train.train_one_step(model, batch, optimizer, scheduler, device)
-                rows.write(f"{epoch},{done},train,{loss!r},{accuracy!r}\n")
-                done += 1
-                if done == steps:
-                    break
-            epoch += 1
-        return steps / (time.perf_counter() - start)
+        """The project's own train_one_epoch: its loader, its step, a metrics row per step."""
+        state = new_state()
+        loader = loader_module.make_loader(train_set, BATCH, seed=0, train=True)
+        with runs.MetricsLog(scratch / "metrics.csv", rows=0, writes=True) as log:
+            start = time.perf_counter()
+            while state.step < steps:
+                train.train_one_epoch(state.model, loader, state, log, device, lambda: state.step == steps)
+                state.epoch, state.batch = state.epoch + 1, 0
+            return steps / (time.perf_counter() - start)
 
     def plain_steps_per_second() -> float:
         """A minimal hand-written loop over a plain shuffling DataLoader."""
-        model, optimizer, scheduler = new_model_and_optimizer()
-        loader = DataLoader(plain_set, batch_size=BATCH, shuffle=True)
+        state = new_state()
+        model, optimizer, scheduler = state.model, state.optimizer, state.scheduler
+        loader = DataLoader(train_set, batch_size=BATCH, shuffle=True)
         model.train()
         done, start = 0, time.perf_counter()
         while done < steps:
@@ -140,8 +141,7 @@ def main() -> int:
                     break
         return steps / (time.perf_counter() - start)
 
-    def loader_samples_per_second(make, num_workers: int) -> float:
-        loader = make(num_workers)
+    def loader_samples_per_second(loader: DataLoader, epochs: int) -> float:
         count, start = 0, time.perf_counter()
         for epoch in range(epochs):
             if hasattr(loader.sampler, "set_epoch"):
@@ -150,11 +150,11 @@ def main() -> int:
                 count += len(x)
         return count / (time.perf_counter() - start)
 
-    def ours_loader(num_workers: int) -> DataLoader:
-        return data.make_loader(ours_set, BATCH, seed=0, shuffle=True, num_workers=num_workers)
+    def ours_loader(dataset: Dataset, num_workers: int) -> DataLoader:
+        return loader_module.make_loader(dataset, BATCH, seed=0, train=True, num_workers=num_workers)
 
-    def plain_loader(num_workers: int) -> DataLoader:
-        return DataLoader(plain_set, batch_size=BATCH, shuffle=True, num_workers=num_workers)
+    def plain_loader(dataset: Dataset, num_workers: int) -> DataLoader:
+        return DataLoader(dataset, batch_size=BATCH, shuffle=True, num_workers=num_workers)
 
     results: dict[str, object] = {}
     rates: dict[str, list[float]] = {k: [] for k in ("ours_off", "plain", "ours_strict")}
@@ -170,27 +170,30 @@ def main() -> int:
     results["strict_vs_off"] = medians["ours_strict"] / medians["ours_off"]
     results["steps_per_second"] = medians
 
-    for workers in (0, 2):
-        ours, plain = [], []
-        for _ in range(repeats):
-            ours.append(loader_samples_per_second(ours_loader, workers))
-            plain.append(loader_samples_per_second(plain_loader, workers))
-        results[f"loader_vs_plain_{workers}_workers"] = statistics.median(ours) / statistics.median(plain)
-        results[f"loader_samples_per_second_{workers}_workers"] = {
-            "ours": statistics.median(ours), "plain": statistics.median(plain)}
+    for name, dataset, loader_epochs in (("", train_set, epochs), ("slow_", slow_set, 1)):
+        for workers in (0, 2):
+            ours, plain = [], []
+            for _ in range(repeats):
+                ours.append(loader_samples_per_second(ours_loader(dataset, workers), loader_epochs))
+                plain.append(loader_samples_per_second(plain_loader(dataset, workers), loader_epochs))
+            results[f"{name}loader_vs_plain_{workers}_workers"] = statistics.median(ours) / statistics.median(plain)
+            results[f"{name}loader_samples_per_second_{workers}_workers"] = {
+                "ours": statistics.median(ours), "plain": statistics.median(plain)}
+    rates_0 = results["loader_samples_per_second_0_workers"]
+    results["keyed_randomness_us_per_sample"] = 1e6 * (1 / rates_0["ours"] - 1 / rates_0["plain"])
 
-    lightning_rates = [lightning_steps_per_second(model_module.Net, plain_set, steps) for _ in range(repeats)]
+    lightning_rates = [lightning_steps_per_second(lambda: model_module.make_model(config), train_set, steps)
+                       for _ in range(repeats)]
     results["lightning_vs_ours"] = (statistics.median(lightning_rates) / medians["ours_strict"]
                                     if None not in lightning_rates else None)
 
-    model, optimizer, scheduler = new_model_and_optimizer()
+    state = new_state()
     folder = scratch / "checkpoints"
     times = []
     for step in range(1, 2 * repeats + 2):
         start = time.perf_counter()
-        checkpoint.save_checkpoint(folder, {
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "rng": repro.capture_rng_state(), "step": step, "epoch": 0, "batch": step})
+        state.step = step
+        checkpoint.save_checkpoint(folder, state.to_checkpoint([repro.capture_rng_state()], config.to_dict(), 0.0))
         times.append(time.perf_counter() - start)
     results["checkpoint_ms"] = 1000 * statistics.median(times)
 

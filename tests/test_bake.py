@@ -137,6 +137,21 @@ def test_python_compiles_and_ruff_is_clean(baked):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_no_function_of_the_generated_package_is_longer_than_60_lines(baked):
+    """Short functions a student reads top to bottom; ruff's C901/PLR0912/PLR0915 guard the rest."""
+    import ast
+
+    lengths = {}
+    for path in (baked.project_path / "src").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lengths[f"{path.name}:{node.name}"] = node.end_lineno - node.lineno + 1
+    assert lengths and max(lengths.values()) <= 60, sorted(lengths.items(), key=lambda item: item[1])[-3:]
+    pyproject = tomllib.loads((baked.project_path / "pyproject.toml").read_text(encoding="utf-8"))
+    assert {"C901", "PLR0912", "PLR0915"} <= set(pyproject["tool"]["ruff"]["lint"]["select"])
+    assert "per-file-ignores" not in pyproject["tool"]["ruff"]["lint"]  # no lint exception, E402 included
+
+
 def test_the_workflow_keeps_its_expressions_and_is_valid_yaml(baked):
     workflow = baked.project_path / ".github" / "workflows" / "ci.yml"
     if not baked.context["github_actions"]:

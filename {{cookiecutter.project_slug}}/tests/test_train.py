@@ -167,3 +167,10 @@ def test_run_files_get_the_usual_permissions_not_private_ones(runs):
     os.umask(umask)
     for name in ("config.json", "metrics.csv", "model.pt", "summary.json"):
         assert (runs["seed7"].path / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
+
+
+def test_each_epoch_prints_its_mean_training_loss_and_the_validation_figures_when_it_evaluated(runs):
+    printed = runs["seed7"].path.with_suffix(".out").read_text().splitlines()
+    assert printed[0].startswith("epoch 1/2  step 25  train_loss ") and "val_accuracy" in printed[0]
+    never = runs["seed7_workers3_eval_never"].path.with_suffix(".out").read_text().splitlines()
+    assert "train_loss" in never[0] and "val_loss" not in never[0]  # no evaluation after epoch 1

@@ -1,0 +1,67 @@
+"""Specifications of the one typed config: flags, defaults, config.json and --resume come from it."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from {{ cookiecutter.project_slug }}.config import (
+    EXECUTION_ONLY,
+    FLAGS,
+    Config,
+    build_parser,
+    config_to_flags,
+    parse_command_line,
+    resume_config,
+)
+
+
+def test_every_flag_shows_its_default_in_help():
+    text = " ".join(build_parser().format_help().split())
+    for setting in FLAGS:
+        assert f"--{setting.name.replace('_', '-')}" in text
+        assert f"(default: {setting.default})" in text, setting.name
+    for action in build_parser()._actions:  # --out, --resume and the others too
+        assert action.dest == "help" or "(default: " in action.help, action.dest
+
+
+def test_every_flag_is_in_the_readme_table_with_its_default():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    for setting in FLAGS:
+        default = {"False": "off", "None": "torch's"}.get(str(setting.default), str(setting.default))
+        assert f"| `--{setting.name.replace('_', '-')}` | {default} |" in readme, setting.name
+
+
+def test_only_settings_that_change_no_result_may_change_on_resume():
+    assert set(EXECUTION_ONLY) == {"num_workers", "persistent_workers", "prefetch_factor", "checkpoint_every"}
+
+
+def test_the_hidden_constants_of_the_recipe_are_recorded_settings():
+    names = {field.name for field in dataclasses.fields(Config)}
+    assert {"momentum", "weight_decay", "width", "dropout", "val_batch_size", "data_seed"} <= names
+
+
+def test_config_json_round_trips_and_refuses_settings_this_code_does_not_know():
+    config = Config(seed=3, lr=0.1, num_workers=2)
+    assert Config.from_dict(config.to_dict()) == config
+    with pytest.raises(ValueError, match="unknown: \\['colour'\\]"):
+        Config.from_dict({**config.to_dict(), "colour": "blue"})
+    with pytest.raises(ValueError, match="missing: \\['seed'\\]"):
+        Config.from_dict({k: v for k, v in config.to_dict().items() if k != "seed"})
+
+
+def test_the_flags_of_a_config_parse_back_to_the_same_config():
+    config = Config(seed=9, data_seed=1, lr=0.125, dropout=0.0, num_workers=2, persistent_workers=True,
+                    prefetch_factor=3, device="cpu")
+    typed, _ = parse_command_line(config_to_flags(config))
+    assert Config(**typed) == config
+
+
+def test_resume_takes_untyped_settings_from_the_record_and_refuses_contradictions():
+    recorded = Config(seed=7, epochs=2)
+    config, differing = resume_config(recorded, {"num_workers": 3}, world_size=1)
+    assert config == dataclasses.replace(recorded, num_workers=3) and differing == []
+    _, differing = resume_config(recorded, {"epochs": 3, "seed": 7}, world_size=2)
+    assert differing == ["epochs (recorded 2, given 3)", "world_size (recorded 1, given 2)"]
