@@ -218,6 +218,17 @@ def test_the_generated_test_suite_passes(baked, selection):
     assert " passed" in result.stdout and " failed" not in result.stdout
 
 
+def test_the_generated_slow_tests_pass(cookies_session):
+    """Mixed precision and torch.compile (minutes of compiling): for the defaults only, since no
+    option changes that code."""
+    project = cookies_session.bake(template=str(Path(__file__).resolve().parents[1])).project_path
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "slow"],
+                            cwd=project, capture_output=True, text=True, env=env, timeout=1800)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert " passed" in result.stdout and " failed" not in result.stdout
+
+
 @pytest.mark.parametrize("combination", ["defaults", "awkward_names_no_license"])
 def test_pip_install_editable_works_and_the_module_runs(combination, cookies, tmp_path):
     project = cookies.bake(extra_context=COMBINATIONS[combination]).project_path

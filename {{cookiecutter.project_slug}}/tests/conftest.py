@@ -116,6 +116,39 @@ def wait_until(condition, process: Process, what: str) -> None:
         time.sleep(0.02)
 
 
+# The real training code, held at a chosen step: after writing that step's metrics row (and
+# putting it on disk), it writes a marker file and waits in signal.pause() for the test's signal.
+# So the signal arrives at the step the test chose, however fast or loaded the machine is.
+HELD_AT_STEP = """
+import signal, sys
+from pathlib import Path
+from {package}.runs import MetricsLog
+from {package}.train import main
+
+step, marker, write = int(sys.argv[1]), Path(sys.argv[2]), MetricsLog.write
+
+def write_then_hold(log, epoch, at_step, split, loss, accuracy):
+    write(log, epoch, at_step, split, loss, accuracy)
+    if split == "train" and at_step == step:
+        log.sync()
+        marker.write_text("held")
+        signal.pause()  # returns after a signal handler ran (SIGTERM); SIGKILL ends the process here
+
+MetricsLog.write = write_then_hold
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def start_held_at(step: int, run: Path, *args: str, hash_seed: str) -> tuple[Process, Path]:
+    """`train ARGS` (which must include --out run), held after step `step`; returns the process and
+    the marker file that appears once it is held. Started with -c, so the package does not
+    relaunch itself: pass the hash seed it would set."""
+    marker = run.parent / f"{run.name}.held"
+    process = start([sys.executable, "-c", HELD_AT_STEP.format(package=PACKAGE), str(step), str(marker), *args],
+                    run.parent / f"{run.name}-stopped.log", env=python_env(PYTHONHASHSEED=hash_seed))
+    return process, marker
+
+
 def train_many(root: Path, runs: dict[str, tuple[tuple[str, ...], dict]]) -> dict[str, Run]:
     """Starts one fresh `python -m <package>.train` per entry (flags, environment changes), all at
     once, and reads each run."""

@@ -83,3 +83,19 @@ def test_evaluation_draws_no_random_number(trained_model_and_loader):
     state = torch.get_rng_state()
     evaluate(model, loader, torch.device("cpu"))
     assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_train_one_epoch_trains_in_train_mode_whatever_mode_it_found(trained_model_and_loader):
+    """Dropout on and BatchNorm statistics updating, even if the model was left in eval mode."""
+    from {{ cookiecutter.project_slug }}.checkpoint import TrainingState
+    from {{ cookiecutter.project_slug }}.runs import MetricsLog
+    from {{ cookiecutter.project_slug }}.train import train_one_epoch
+
+    model, val_loader = trained_model_and_loader
+    model.eval()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # no weight change: only the mode shows
+    state = TrainingState(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0),
+                          torch.amp.GradScaler("cpu", enabled=False))
+    train_one_epoch(model, val_loader, state, MetricsLog(None, rows=0, writes=False), torch.device("cpu"),
+                    "fp32", stop_here=lambda: True)
+    assert model.training and state.step == 1

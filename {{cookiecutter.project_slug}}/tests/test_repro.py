@@ -13,13 +13,16 @@ from {{ cookiecutter.project_slug }}.model import Net
 from {{ cookiecutter.project_slug }}.utils.repro import (
     CUBLAS_WORKSPACE_CONFIG,
     MAX_SEED,
+    PYTORCH_DEFAULT_FLOAT32,
     capture_rng_state,
     configure_determinism,
     determinism_flags,
     explain_nondeterministic_error,
+    float32_precision,
     restore_rng_state,
     seed_everything,
     state_dict_sha256,
+    tf32_allowed,
 )
 
 
@@ -62,6 +65,17 @@ def test_strict_turns_on_every_deterministic_setting():
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == CUBLAS_WORKSPACE_CONFIG
     # cuDNN stays on: deterministic algorithms make switching it off unnecessary, and slow.
     assert flags["cudnn_enabled"]
+
+
+@pytest.mark.parametrize("mode", ["strict", "warn"])
+def test_determinism_modes_pin_float32_to_full_precision_no_tf32(mode):
+    configure_determinism("off")
+    assert tf32_allowed()  # PyTorch's default: cuDNN convolutions may use TF32
+    configure_determinism(mode)
+    assert float32_precision()["matmul"] == float32_precision()["conv"] == "ieee"
+    assert not tf32_allowed() and determinism_flags()["tf32_allowed"] is False
+    configure_determinism("off")
+    assert float32_precision() == PYTORCH_DEFAULT_FLOAT32
 
 
 def test_warn_is_strict_with_warnings_instead_of_errors():

@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import sys
 from pathlib import Path
 
 import pytest
 
 from {{ cookiecutter.project_slug }}.train import main
 
-from conftest import FAST, PACKAGE, python_env, read_run, start, start_module, value_of, wait_until
+from conftest import FAST, read_run, start_held_at, start_module, value_of, wait_until
 
 ARGS = (*FAST, "--seed", "7")
 
@@ -32,36 +31,8 @@ INTERRUPTIONS = {
     "sigterm": (8, signal.SIGTERM, (), False),  # held after step 8: checkpoints there, exits 143
 }
 
-# The real training code, held at a chosen step: after writing that step's metrics row (and
-# putting it on disk), it writes a marker file and waits in signal.pause() for the test's signal.
-# So the signal arrives at the step the test chose, however fast or loaded the machine is.
-HELD_AT_STEP = """
-import os, signal, sys
-from pathlib import Path
-from {package}.runs import MetricsLog
-from {package}.train import main
-
-step, marker, write = int(sys.argv[1]), Path(sys.argv[2]), MetricsLog.write
-
-def write_then_hold(log, epoch, at_step, split, loss, accuracy):
-    write(log, epoch, at_step, split, loss, accuracy)
-    if split == "train" and at_step == step:
-        log.sync()
-        marker.write_text("held")
-        signal.pause()  # returns after a signal handler ran (SIGTERM); SIGKILL ends the process here
-
-MetricsLog.write = write_then_hold
-sys.exit(main(sys.argv[3:]))
-"""
-
-
 def start_held(run: Path, step: int, extra: tuple[str, ...]):
-    marker = run.parent / f"{run.name}.held"
-    # Started with -c, so the package does not relaunch itself: set the hash seed it would set.
-    process = start([sys.executable, "-c", HELD_AT_STEP.format(package=PACKAGE), str(step), str(marker),
-                     "--out", str(run), *ARGS, *extra], run.parent / f"{run.name}-stopped.log",
-                    env=python_env(PYTHONHASHSEED="7"))
-    return process, marker
+    return start_held_at(step, run, "--out", str(run), *ARGS, *extra, hash_seed="7")
 
 
 def interrupt_and_resume(root: Path, plans: dict) -> tuple[dict, dict, dict]:

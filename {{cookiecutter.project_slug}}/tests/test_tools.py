@@ -170,6 +170,13 @@ def test_doctor_reports_an_environment_variable_set_too_late(monkeypatch, capsys
     assert "VERDICT: 1 problem" in out
 
 
+def test_doctor_warns_when_tf32_is_allowed_in_a_determinism_mode(monkeypatch, capsys):
+    monkeypatch.setattr(doctor, "configure_determinism", lambda mode: None)  # as if a script forgot it
+    assert doctor.main(["--quick", "--deterministic", "strict"]) == 1
+    out = capsys.readouterr().out
+    assert "TF32 is allowed" in out and "depend on the GPU model" in out
+
+
 def test_doctor_refuses_zero_steps_with_one_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
         doctor.main(["--steps", "0"])

@@ -61,6 +61,11 @@ def test_the_last_metrics_row_holds_the_summarys_figures_exactly(runs):
         assert float(last["accuracy"]) == run.summary["val_accuracy"]
 
 
+def test_environment_json_records_the_float32_precision_in_effect(runs):
+    flags = runs["seed7"].environment["determinism"]
+    assert flags["float32_precision"]["conv"] == "ieee" and flags["tf32_allowed"] is False
+
+
 def test_the_run_records_the_device_it_used_not_only_auto(runs):
     run = runs["seed7"]
     assert run.config["device"] == "cpu"

@@ -1,7 +1,7 @@
 """Checkpoints that survive a kill at any instant, and the atomic writes they are built on.
 
 A checkpoint holds everything the next step depends on: the TrainingState below (model,
-optimizer, learning-rate scheduler, the data position, the step, the number of metrics.csv rows
+optimizer, learning-rate scheduler, fp16's GradScaler, the data position, the step, the number of metrics.csv rows
 written so far), every rank's RNG states, the config, and a format version. Because the data
 order is a function of (seed, epoch) and each sample's random draws of (seed, epoch, index), the
 data position is enough to resume the data stream exactly, whatever the number of workers.
@@ -101,6 +101,7 @@ class TrainingState:
     model: nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler  # fp16's loss scale; disabled (and stateless) otherwise
     epoch: int = 0  # the epoch in progress (or next, at an epoch's end)
     batch: int = 0  # batches of `epoch` already trained on
     step: int = 0  # optimizer steps since the start of the run
@@ -109,13 +110,15 @@ class TrainingState:
 
     def to_checkpoint(self, rng_states: list[dict], config: dict, seconds: float) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "epoch": self.epoch, "batch": self.batch,
-                "step": self.step, "metrics_rows": self.metrics_rows, "train_seconds": seconds,
-                "rng": rng_states, "config": config}
+                "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
+                "epoch": self.epoch, "batch": self.batch, "step": self.step, "metrics_rows": self.metrics_rows,
+                "train_seconds": seconds, "rng": rng_states, "config": config}
 
     def load_checkpoint(self, checkpoint: dict) -> None:
         self.model.load_state_dict(checkpoint["model"])
         self.optimizer.load_state_dict(checkpoint["optimizer"])
         self.scheduler.load_state_dict(checkpoint["scheduler"])
+        if self.scaler.is_enabled():  # start.py refused a checkpoint without it
+            self.scaler.load_state_dict(checkpoint["scaler"])
         self.epoch, self.batch, self.step = checkpoint["epoch"], checkpoint["batch"], checkpoint["step"]
         self.metrics_rows, self.train_seconds = checkpoint["metrics_rows"], checkpoint["train_seconds"]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import DEFAULT_SEED
+from .utils.precision import PRECISIONS
 from .utils.repro import DETERMINISM_MODES, MAX_SEED
 
 PROG = "python -m {{ cookiecutter.project_slug }}.train"
@@ -84,6 +85,10 @@ class Config:
     device: str = setting("auto", "auto, cpu, cuda, cuda:N or mps", device_name)
     deterministic: str = setting({{ cookiecutter.determinism|tojson }}, "strict: error on a non-deterministic op; "
                                  "warn: warn; off: PyTorch's fastest defaults", choices=DETERMINISM_MODES)
+    precision: str = setting("fp32", "fp32; or mixed precision under torch.autocast: bf16, or fp16 with a "
+                             "GradScaler", choices=PRECISIONS)
+    compile: bool = setting(False, "wrap the model in torch.compile, set up to repeat bit for bit (needs a C++ "
+                            "compiler on the CPU; the first steps compile, which takes a while)")
     eval_every: int = setting(1, "evaluate every K epochs (0: only at the end); trained weights do not depend "
                               "on it", integer(0))
     dataset: str = setting({{ cookiecutter.dataset|tojson }}, "the example data (fixed by the code)", flag=False)

@@ -142,6 +142,23 @@ def trial_problems(mode: str, device: str, steps: int) -> list[str]:
     return [] if first == second else ["two runs with one seed gave different results on this machine"]
 
 
+def determinism_problems(mode: str) -> list[str]:
+    """Applies `mode` as training would, prints the settings then in effect, returns the problems."""
+    problems = []
+    try:
+        configure_determinism(mode)
+    except RuntimeError as error:
+        problems.append(str(error))
+    flags = determinism_flags()
+    print("determinism in effect: " + ", ".join(f"{key}={value}" for key, value in flags.items()))
+    if mode == "off":
+        print("note: --deterministic off keeps PyTorch's defaults; on a GPU, runs may differ")
+    elif flags["tf32_allowed"]:
+        problems.append(f"TF32 is allowed ({flags['float32_precision']}) although --deterministic is {mode}: "
+                        "float32 results would depend on the GPU model")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -156,14 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"python {sys.version.split()[0]}  torch {torch.__version__}  numpy {np.__version__}  "
           f"CUDA {torch.version.cuda}  cuDNN {torch.backends.cudnn.version() if torch.cuda.is_available() else None}")
     print(f"devices: {', '.join(available_devices())}; checking {device}")
-    try:
-        configure_determinism(args.deterministic)
-    except RuntimeError as error:
-        problems.append(str(error))
-    flags = determinism_flags()
-    print("determinism in effect: " + ", ".join(f"{key}={value}" for key, value in flags.items()))
-    if args.deterministic == "off":
-        print("note: --deterministic off keeps PyTorch's defaults; on a GPU, runs may differ")
+    problems += determinism_problems(args.deterministic)
 
     refused = probe_ops(device)
     if refused:

@@ -28,6 +28,7 @@ from .runs import (
 )
 from .utils import distributed
 from .utils.device import select_device
+from .utils.precision import compile_problem, precision_problem
 
 
 @dataclass
@@ -60,6 +61,9 @@ def plan_run(argv: list[str] | None) -> Plan | None:
         if newest is None:
             refuse(f"--resume: no intact checkpoint in {out / 'checkpoints'}; start again with --overwrite")
         checkpoint, path = newest
+        if config.precision == "fp16" and not checkpoint.get("scaler"):
+            refuse(f"--resume: {path} has no GradScaler state, which an fp16 run needs to continue exactly "
+                   "(a fresh scaler would start from another loss scale); start again with --overwrite")
     else:
         config = Config(**typed, world_size=world_size)
         refuse_if(out_dir_refusal(out, args.overwrite))
@@ -70,9 +74,18 @@ def plan_run(argv: list[str] | None) -> Plan | None:
             device = select_device(f"cuda:{local_rank}")
     except ValueError as error:
         refuse(str(error))
-    if checkpoint is None and distributed.context()[0] == 0:
-        refuse_if(make_out_dir(out))
     return Plan(config, out, device, checkpoint, args.stop_after_steps, path)
+
+
+def device_and_folder_problem(plan: Plan) -> str | None:
+    """The checks that need the device (run after configure_determinism: they may start CUDA),
+    then that a new run's folder can be made and written."""
+    config = plan.config
+    problem = precision_problem(config.precision, plan.device)
+    problem = problem or (compile_problem(plan.device) if config.compile else None)
+    if problem is None and plan.checkpoint is None and distributed.context()[0] == 0:
+        problem = make_out_dir(plan.out)
+    return problem
 
 
 def resume_config_or_refuse(out: Path, typed: dict, world_size: int) -> Config:

@@ -28,10 +28,11 @@ from .config import PROG, Config
 from .data import make_datasets
 from .model import make_model
 from .runs import MetricsLog, write_result
-from .start import Plan, plan_run, start_run_folder
+from .start import Plan, device_and_folder_problem, plan_run, refuse_if, start_run_folder
 from .utils import distributed
 from .utils.device import to_device
 from .utils.loader import make_loader
+from .utils.precision import autocast, compile_failure, compile_model, make_scaler
 from .utils.repro import (
     configure_determinism,
     explain_nondeterministic_error,
@@ -51,16 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     # 2. A fixed thread count: intra-op parallelism splits reductions by thread, so the default
     #    (one thread per core) would make results depend on the machine.
     torch.set_num_threads(config.threads)
+    # 3. Mixed precision and compilation depend on the device: checked now that CUDA may start.
+    refuse_if(device_and_folder_problem(plan))
     if config.world_size > 1:
         distributed.start(plan.device)
     try:
         return train(plan)
-    except RuntimeError as error:  # strict mode refused an op: say which, and what to do, in one line
+    except RuntimeError as error:  # strict mode refused an op, or compiling failed: one line, not a traceback
         explanation = explain_nondeterministic_error(error, plan.device.type)
-        if explanation is None:
+        if explanation is None and compile_failure(error) is None:
             raise
-        print(f"{PROG}: error: {explanation}", file=sys.stderr)
-        return 1
+        print(f"{PROG}: error: {explanation or compile_failure(error)}", file=sys.stderr)
+        return 1 if explanation else 2
     finally:
         distributed.stop()
 
@@ -68,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 def train(plan: Plan) -> int:
     config, device, out = plan.config, plan.device, plan.out
     is_main = distributed.rank() == 0
-    # 3. Seeds last, right before the first draw: the model's initial weights. Every rank starts
+    # 4. Seeds last, right before the first draw: the model's initial weights. Every rank starts
     #    from the same weights.
     seed_everything(config.seed)
     train_set, val_set = make_datasets(config)
@@ -78,7 +81,7 @@ def train(plan: Plan) -> int:
                                 weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr,
                                                     total_steps=config.epochs * len(train_loader))
-    state = TrainingState(model, optimizer, scheduler)
+    state = TrainingState(model, optimizer, scheduler, make_scaler(config.precision, device))
     log = MetricsLog(out / "metrics.csv", rows=0, writes=is_main)
     if plan.checkpoint is not None:
         state.load_checkpoint(plan.checkpoint)
@@ -97,21 +100,21 @@ def train(plan: Plan) -> int:
                 plan.last_checkpoint = checkpoint(state, config, plan, log, started)
             return stop
 
-        model_to_train = distributed.wrap(model, device)
+        model_to_train = prepare_for_training(model, config, device)
         while state.epoch < config.epochs:
-            train_loss = train_one_epoch(model_to_train, train_loader, state, log, device, stop_here)
+            train_loss = train_one_epoch(model_to_train, train_loader, state, log, device, config.precision, stop_here)
             if train_loss is None:
                 return stopped(plan, signals.signum, state.step, is_main)
             result = None
             if state.epoch == config.epochs - 1 or (config.eval_every and (state.epoch + 1) % config.eval_every == 0):
-                result = evaluate(model, val_loader, device)
+                result = evaluate(model, val_loader, device, config.precision)
                 log.write(state.epoch, state.step, "val", result["loss"], result["accuracy"])
             report_epoch(state, config, train_loss, result)
             state.epoch, state.batch = state.epoch + 1, 0
             checkpoint(state, config, plan, log, started)
 
-    if result is None:  # resumed from the checkpoint after the last epoch, whose evaluation was not
-        result = evaluate(model, val_loader, device)  # saved; evaluating again changes nothing
+    if result is None:  # resumed from the checkpoint after the last epoch, whose evaluation was
+        result = evaluate(model, val_loader, device, config.precision)  # not saved; evaluating again changes nothing
     seconds = state.train_seconds + time.perf_counter() - started
     if is_main:
         summary = write_result(out, plan.config, plan.device, model.state_dict(), state.step, seconds, result)
@@ -138,8 +141,15 @@ def report_epoch(state: TrainingState, config: Config, train_loss: float, result
     print(line, flush=True)
 
 
+def prepare_for_training(model: nn.Module, config: Config, device: torch.device) -> nn.Module:
+    """What the loop trains: DistributedDataParallel under torchrun, compiled with --compile.
+    Evaluation uses the plain model: its weights are the same tensors."""
+    wrapped = distributed.wrap(model, device)
+    return compile_model(wrapped) if config.compile else wrapped
+
+
 def train_one_epoch(model: nn.Module, loader: DataLoader, state: TrainingState, log: MetricsLog,
-                    device: torch.device, stop_here: Callable[[], bool]) -> float | None:
+                    device: torch.device, precision: str, stop_here: Callable[[], bool]) -> float | None:
     """Trains from `state`'s position to the end of its epoch. Returns the mean training loss of
     the steps it ran, or None if stop_here() asked to stop early."""
     model.train()
@@ -148,12 +158,14 @@ def train_one_epoch(model: nn.Module, loader: DataLoader, state: TrainingState, 
     progress = tqdm(loader, desc=f"epoch {state.epoch + 1}", leave=False, disable=not sys.stderr.isatty())
     for batch in progress:
         inputs, targets = to_device(batch, device)
-        outputs = model(inputs)
-        # F.cross_entropy, like nn.CrossEntropyLoss(), holds no parameters: nothing to move to the device.
-        loss = F.cross_entropy(outputs, targets)
+        with autocast(precision, device):
+            outputs = model(inputs)
+            # F.cross_entropy, like nn.CrossEntropyLoss(), holds no parameters: nothing to move to the device.
+            loss = F.cross_entropy(outputs, targets)
         state.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        state.optimizer.step()
+        state.scaler.scale(loss).backward()  # with fp32 and bf16 the scaler passes the loss through
+        state.scaler.step(state.optimizer)
+        state.scaler.update()
         state.scheduler.step()
         state.step, state.batch = state.step + 1, state.batch + 1
         accuracy = (outputs.argmax(dim=1) == targets).float().mean()
@@ -166,7 +178,7 @@ def train_one_epoch(model: nn.Module, loader: DataLoader, state: TrainingState, 
     return sum(losses) / max(len(losses), 1)
 
 
-def evaluate(model: nn.Module, loader: DataLoader, device: torch.device) -> dict[str, float]:
+def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, precision: str = "fp32") -> dict[str, float]:
     """Mean loss and accuracy over `loader`.
 
     Runs in eval mode (dropout off, BatchNorm uses its running statistics and does not update
@@ -179,8 +191,9 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device) -> dict
         with torch.no_grad():
             for batch in loader:
                 inputs, targets = to_device(batch, device)
-                outputs = model(inputs)
-                loss_sum += F.cross_entropy(outputs, targets, reduction="sum").item()
+                with autocast(precision, device):
+                    outputs = model(inputs)
+                    loss_sum += F.cross_entropy(outputs, targets, reduction="sum").item()
                 correct += int((outputs.argmax(dim=1) == targets).sum())
                 count += len(targets)
     finally:

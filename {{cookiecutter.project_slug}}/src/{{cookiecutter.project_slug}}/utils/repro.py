@@ -75,6 +75,38 @@ def derive_seed(*keys: int) -> int:
     return int.from_bytes(hashlib.blake2b(packed, digest_size=8).digest(), "little")
 
 
+def float32_precision() -> dict[str, str]:
+    """How float32 matrix products and convolutions may compute on a GPU: "ieee" (full float32)
+    or "tf32" (10-bit mantissa on Ampere and later GPUs); "none" means torch's default, which
+    for matrix products follows torch.set_float32_matmul_precision ("highest" is ieee)."""
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # the API of torch 2.9 and later
+        return {"matmul": torch.backends.cuda.matmul.fp32_precision, "conv": torch.backends.cudnn.conv.fp32_precision,
+                "float32_matmul_precision": torch.get_float32_matmul_precision()}
+    return {"matmul": "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee",  # older torch
+            "conv": "tf32" if torch.backends.cudnn.allow_tf32 else "ieee",
+            "float32_matmul_precision": torch.get_float32_matmul_precision()}
+
+
+def set_float32_precision(matmul: str, conv: str) -> None:
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        torch.backends.cuda.matmul.fp32_precision = matmul
+        torch.backends.cudnn.conv.fp32_precision = conv
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = matmul == "tf32"
+        torch.backends.cudnn.allow_tf32 = conv == "tf32"
+
+
+def tf32_allowed() -> bool:
+    """Whether float32 products or convolutions may run in TF32 on a GPU that has it."""
+    precision = float32_precision()
+    matmul_tf32 = precision["matmul"] == "tf32" or (
+        precision["matmul"] == "none" and precision["float32_matmul_precision"] != "highest")
+    return matmul_tf32 or precision["conv"] == "tf32"
+
+
+PYTORCH_DEFAULT_FLOAT32 = float32_precision()  # what `off` puts back (cuDNN convolutions: TF32)
+
+
 def configure_determinism(mode: str) -> None:
     """Chooses between bitwise repeatable kernels and PyTorch's fastest ones.
 
@@ -90,6 +122,7 @@ def configure_determinism(mode: str) -> None:
             torch.use_deterministic_algorithms(False)
         torch.backends.cudnn.deterministic = False
         torch.backends.cudnn.benchmark = False  # PyTorch's default too
+        set_float32_precision(PYTORCH_DEFAULT_FLOAT32["matmul"], PYTORCH_DEFAULT_FLOAT32["conv"])
         return
 
     _require_cublas_workspace_config()
@@ -108,6 +141,13 @@ def configure_determinism(mode: str) -> None:
     # Guards against: torch.empty() and friends returning whatever bytes were in memory, which
     # would leak into results that read them. Costs: a fill of each new uninitialised tensor.
     torch.utils.deterministic.fill_uninitialized_memory = True
+    # Guards against: TF32, which on Ampere and later GPUs computes float32 products and
+    # convolutions with a 10-bit mantissa; cuDNN convolutions use it by default, and results then
+    # change with the GPU model. TF32 is deterministic, but the precision policy should be a
+    # recorded choice, not a default that varies by GPU. Costs: on those GPUs, float32 matrix
+    # work runs at full float32 speed instead of TF32's (several times slower for big products;
+    # --precision bf16 is the recorded way to go faster).
+    set_float32_precision("ieee", "ieee")
 
 
 def _require_cublas_workspace_config() -> None:
@@ -145,6 +185,8 @@ def determinism_flags() -> dict[str, object]:
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "fill_uninitialized_memory": torch.utils.deterministic.fill_uninitialized_memory,
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+        "float32_precision": float32_precision(),
+        "tf32_allowed": tf32_allowed(),
     }
 
 

@@ -1,0 +1,137 @@
+"""Specifications of mixed precision and torch.compile: the same proofs as for fp32 eager runs.
+
+The runs here are marked `slow` (compiling takes about a minute a process on two cores) and are
+left out of a plain `pytest`; run them with `pytest -m slow`, as the CI workflow does. The
+refusals at the end are fast and always run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+
+import pytest
+import torch
+
+from {{ cookiecutter.project_slug }}.train import main
+
+from conftest import FAST, once, read_run, start_held_at, start_module, value_of, wait_until
+
+ARGS = (*FAST, "--seed", "7")
+PLAIN = {  # uninterrupted runs: name -> extra flags
+    "fp32": (),
+    "bf16": ("--precision", "bf16"),
+    "bf16_again": ("--precision", "bf16"),
+    "fp16": ("--precision", "fp16"),
+    "compiled": ("--compile",),
+    "compiled_again": ("--compile",),
+}
+KILLED = {  # killed with SIGKILL (with its process group) after step 10, then resumed
+    "fp16_killed": ("--precision", "fp16"),
+    "compiled_killed": ("--compile",),
+}
+
+
+def precision_runs(root):
+    processes = {name: start_module("train", "--out", str(root / name), *ARGS, *extra, log=root / f"{name}.log")
+                 for name, extra in PLAIN.items()}
+    held = {name: start_held_at(10, root / name, "--out", str(root / name), *ARGS, *extra, hash_seed="7")
+            for name, extra in KILLED.items()}
+    for name, (process, marker) in held.items():
+        wait_until(marker.exists, process, "reaching step 10")
+        process.kill_group(signal.SIGKILL)
+        assert process.wait() == -signal.SIGKILL
+        processes[name] = start_module("train", "--out", str(root / name), "--resume", log=root / f"{name}-resumed.log")
+    for name, process in processes.items():
+        assert process.wait() == 0, f"{name}: {process.stderr[-3000:]}"
+    return {name: read_run(root / name) for name in processes}
+
+
+@pytest.fixture(scope="module")
+def runs_or_failure(tmp_path_factory):
+    return once(lambda: precision_runs(tmp_path_factory.mktemp("precision")))
+
+
+@pytest.fixture
+def precision(runs_or_failure, request):
+    return value_of(runs_or_failure, request)
+
+
+def final_scaler_state(run):
+    newest = sorted((run.path / "checkpoints").glob("step-*.pt"))[-1]
+    return torch.load(newest, weights_only=True)["scaler"]
+
+
+@pytest.mark.slow
+def test_two_bf16_runs_in_fresh_processes_are_bitwise_equal_and_differ_from_fp32(precision):
+    first, second = precision["bf16"], precision["bf16_again"]
+    assert first.config["precision"] == "bf16"
+    assert first.metrics == second.metrics and first.weights == second.weights
+    assert first.weights != precision["fp32"].weights  # the negative control: autocast was in effect
+
+
+@pytest.mark.slow
+def test_an_fp16_run_killed_mid_epoch_and_resumed_equals_the_run_never_stopped(precision):
+    resumed, reference = precision["fp16_killed"], precision["fp16"]
+    assert resumed.metrics == reference.metrics
+    assert resumed.weights == reference.weights
+    assert resumed.weights != precision["fp32"].weights
+    # The GradScaler's state went through the checkpoint: a fresh scaler would count its growth
+    # interval from the resume on, and end with another state.
+    assert final_scaler_state(resumed) == final_scaler_state(reference)
+    assert final_scaler_state(reference)["_growth_tracker"] > 0
+
+
+@pytest.mark.slow
+def test_two_compiled_runs_in_fresh_processes_are_bitwise_equal(precision):
+    first, second = precision["compiled"], precision["compiled_again"]
+    assert first.config["compile"] is True
+    assert first.metrics == second.metrics and first.weights == second.weights
+
+
+@pytest.mark.slow
+def test_a_compiled_run_killed_and_resumed_equals_the_compiled_run_never_stopped(precision):
+    assert precision["compiled_killed"].metrics == precision["compiled"].metrics
+    assert precision["compiled_killed"].weights == precision["compiled"].weights
+
+
+@pytest.mark.slow
+def test_a_resume_whose_checkpoint_lacks_the_scaler_state_is_refused_not_reset(precision, tmp_path, capsys):
+    copy = shutil.copytree(precision["fp16"].path, tmp_path / "copy")
+    (copy / "summary.json").unlink()  # make it look interrupted
+    for path in (copy / "checkpoints").glob("step-*.pt"):  # as an older version would have saved them
+        state = torch.load(path, weights_only=True)
+        del state["scaler"]
+        torch.save(state, path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out", str(copy), "--resume"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has no GradScaler state" in err[0]
+
+
+def refused(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in lines[0]
+    return lines[0]
+
+
+def test_a_precision_the_device_cannot_run_gets_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    def no_autocast(*args, **kwargs):
+        raise RuntimeError("User specified an unsupported autocast device_type 'cpu'")
+
+    monkeypatch.setattr(torch, "autocast", no_autocast)  # as on a device without fp16 kernels
+    line = refused(["--out", str(tmp_path / "run"), "--device", "cpu", "--precision", "fp16"], capsys)
+    assert "--precision fp16 is not available on cpu" in line
+    assert not (tmp_path / "run" / "config.json").exists()
+
+
+def test_compile_without_a_cpp_compiler_gets_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv("CXX", raising=False)
+    line = refused(["--out", str(tmp_path / "run"), "--device", "cpu", "--compile"], capsys)
+    assert "--compile on the CPU needs a C++ compiler" in line
+    assert not (tmp_path / "run" / "config.json").exists()
