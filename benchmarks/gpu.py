@@ -7,11 +7,16 @@ Bakes the template, takes its `configure_determinism`, `seed_everything` and `st
 and on a convolutional network (BatchNorm, 3x32x32 inputs, batch 128) measures steps per second for:
 
   off             PyTorch's defaults
-  strict          --deterministic strict (deterministic algorithms, cuDNN deterministic, no benchmark)
+  strict          --deterministic strict (deterministic algorithms, cuDNN deterministic, no benchmark,
+                  no TF32)
   cudnn_disabled  the widely copied snippet: defaults plus torch.backends.cudnn.enabled = False
+  bf16_off, bf16_strict        the same under --precision bf16 (torch.autocast)
+  compile_off, compile_strict  the model under --compile (the project's compile_model), timed after
+                               the first steps, which compile
 
-alternating the contenders, medians of the repeats. Then trains twice under strict from one seed
-and checks that the two weight hashes are equal, bit for bit (and reports the same for off).
+alternating the contenders, medians of the repeats (compiled ones: one timing each, compiling is
+slow). Then, for strict, bf16_strict and compile_strict (and off, for comparison), trains twice
+from one seed and checks that the two weight hashes are equal, bit for bit.
 """
 
 from __future__ import annotations
@@ -63,44 +68,54 @@ def main() -> int:
                    check=True, capture_output=True)
     sys.path.insert(0, str(scratch / "my_project" / "src"))
     repro = importlib.import_module("my_project.utils.repro")
+    precision = importlib.import_module("my_project.utils.precision")
 
     def set_mode(mode: str) -> None:
-        repro.configure_determinism("strict" if mode == "strict" else "off")
+        repro.configure_determinism("strict" if mode.endswith("strict") else "off")
         torch.backends.cudnn.enabled = mode != "cudnn_disabled"
 
     def train(mode: str, seed: int, steps: int) -> tuple[float, str]:
         set_mode(mode)
+        dtype = "bf16" if mode.startswith("bf16") else "fp32"
         repro.seed_everything(seed)
         model = conv_net().to(device)
+        trained = precision.compile_model(model) if mode.startswith("compile") else model
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         generator = torch.Generator(device=device).manual_seed(seed)
         images = torch.randn(8, 128, 3, 32, 32, device=device, generator=generator)
         labels = torch.randint(0, 10, (8, 128), device=device, generator=generator)
-        for i in range(3):  # warm-up, not timed
-            nn.functional.cross_entropy(model(images[i]), labels[i]).backward()
-        optimizer.zero_grad(set_to_none=True)
-        repro.seed_everything(seed)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        for step in range(steps):
-            loss = nn.functional.cross_entropy(model(images[step % 8]), labels[step % 8])
+
+        def step(i: int) -> None:
+            with precision.autocast(dtype, device):
+                loss = nn.functional.cross_entropy(trained(images[i % 8]), labels[i % 8])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+
+        for i in range(3):  # warm-up (and compiling), not timed; part of the run, so hashed too
+            step(i)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for i in range(steps):
+            step(i)
         if device.type == "cuda":
             torch.cuda.synchronize()
         return steps / (time.perf_counter() - start), repro.state_dict_sha256(model.state_dict())
 
-    modes = ("off", "strict", "cudnn_disabled")
+    modes = ("off", "strict", "cudnn_disabled", "bf16_off", "bf16_strict")
     rates: dict[str, list[float]] = {mode: [] for mode in modes}
     for _ in range(args.repeats):
         for mode in modes:
             rates[mode].append(train(mode, 0, args.steps)[0])
+    for mode in ("compile_off", "compile_strict"):
+        rates[mode] = [train(mode, 0, args.steps)[0]]
     medians = {mode: statistics.median(values) for mode, values in rates.items()}
 
-    strict_hashes = [train("strict", 1, args.steps)[1] for _ in range(2)]
-    off_hashes = [train("off", 1, args.steps)[1] for _ in range(2)]
+    bitwise = {}
+    for mode in ("strict", "bf16_strict", "compile_strict", "off"):
+        hashes = [train(mode, 1, args.steps)[1] for _ in range(2)]
+        bitwise[mode] = hashes[0] == hashes[1]
     result = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__, "cuda": torch.version.cuda,
@@ -108,14 +123,17 @@ def main() -> int:
         "steps_per_second": medians,
         "strict_vs_off": medians["strict"] / medians["off"],
         "cudnn_disabled_vs_off": medians["cudnn_disabled"] / medians["off"],
-        "strict_bitwise_equal": strict_hashes[0] == strict_hashes[1],
-        "off_bitwise_equal": off_hashes[0] == off_hashes[1],
+        "bf16_strict_vs_bf16_off": medians["bf16_strict"] / medians["bf16_off"],
+        "bf16_strict_vs_strict": medians["bf16_strict"] / medians["strict"],
+        "compile_strict_vs_compile_off": medians["compile_strict"] / medians["compile_off"],
+        "compile_strict_vs_strict": medians["compile_strict"] / medians["strict"],
+        "bitwise_equal_twice": bitwise,
         "command": "python benchmarks/gpu.py " + " ".join(sys.argv[1:]),
     }
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return 0 if result["strict_bitwise_equal"] else 1
+    return 0 if all(bitwise[mode] for mode in ("strict", "bf16_strict", "compile_strict")) else 1
 
 
 if __name__ == "__main__":

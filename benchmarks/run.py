@@ -16,6 +16,10 @@ measures, in this one process, alternating the contenders and reporting medians 
   slow_loader_vs_plain_0_workers, slow_loader_vs_plain_2_workers
                      the same over a dataset whose __getitem__ costs about 200 µs (a realistic
                      image decode, simulated by a busy wait)
+  bf16_vs_fp32       steps/s of the loop with --precision bf16 against fp32 (on the CPU)
+  compile_vs_eager   steps/s of the loop with --compile, after the first step, against eager
+                     (both under --deterministic strict)
+  compile_seconds    the first compiled step, which compiles the model
   keyed_randomness_us_per_sample
                      what the keyed randomness adds per sample in the main process, in µs:
                      the difference of the two loaders' time per sample, 0 workers, example data
@@ -95,6 +99,7 @@ def main() -> int:
     train = importlib.import_module(f"{PACKAGE}.train")
     repro = importlib.import_module(f"{PACKAGE}.utils.repro")
     loader_module = importlib.import_module(f"{PACKAGE}.utils.loader")
+    precision_module = importlib.import_module(f"{PACKAGE}.utils.precision")
     checkpoint = importlib.import_module(f"{PACKAGE}.checkpoint")
     runs = importlib.import_module(f"{PACKAGE}.runs")
     model_module = importlib.import_module(f"{PACKAGE}.model")
@@ -105,22 +110,37 @@ def main() -> int:
     slow_set = Slow(train_set)
     device = torch.device("cpu")
 
-    def new_state():
+    def new_state(precision: str = "fp32"):
         model = model_module.make_model(config)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
         scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.05, total_steps=10 * steps)
-        return checkpoint.TrainingState(model, optimizer, scheduler)
+        return checkpoint.TrainingState(model, optimizer, scheduler, precision_module.make_scaler(precision, device))
 
-    def ours_steps_per_second() -> float:
-        """The project's own train_one_epoch: its loader, its step, a metrics row per step."""
-        state = new_state()
+    def ours_steps_per_second(precision: str = "fp32", state=None, model=None) -> float:
+        """The project's own train_one_epoch: its loader, its step, a metrics row per step. With
+        `state` and `model` (a compiled wrapper of state.model), continues from that state."""
+        state = state if state is not None else new_state(precision)
+        model, first = (model if model is not None else state.model), state.step
         loader = loader_module.make_loader(train_set, BATCH, seed=0, train=True)
         with runs.MetricsLog(scratch / "metrics.csv", rows=0, writes=True) as log:
             start = time.perf_counter()
-            while state.step < steps:
-                train.train_one_epoch(state.model, loader, state, log, device, lambda: state.step == steps)
+            while state.step < first + steps:
+                train.train_one_epoch(model, loader, state, log, device, precision, lambda: state.step == first + steps)
                 state.epoch, state.batch = state.epoch + 1, 0
             return steps / (time.perf_counter() - start)
+
+    def compiled_rates() -> tuple[float, float]:
+        """(seconds of the first step, which compiles; steps/s after it) under --compile."""
+        state = new_state()
+        compiled = precision_module.compile_model(state.model)
+        loader = loader_module.make_loader(train_set, BATCH, seed=0, train=True)
+        with runs.MetricsLog(scratch / "metrics.csv", rows=0, writes=True) as log:
+            start = time.perf_counter()
+            train.train_one_epoch(compiled, loader, state, log, device, "fp32", lambda: True)
+            compile_seconds = time.perf_counter() - start
+        state.scheduler = torch.optim.lr_scheduler.LambdaLR(state.optimizer, lambda step: 1.0)  # no step limit
+        rates = [ours_steps_per_second(state=state, model=compiled) for _ in range(repeats)]
+        return compile_seconds, statistics.median(rates)
 
     def plain_steps_per_second() -> float:
         """A minimal hand-written loop over a plain shuffling DataLoader."""
@@ -169,6 +189,17 @@ def main() -> int:
     results["loop_vs_plain"] = medians["ours_off"] / medians["plain"]
     results["strict_vs_off"] = medians["ours_strict"] / medians["ours_off"]
     results["steps_per_second"] = medians
+
+    bf16, fp32 = [], []
+    for _ in range(repeats):
+        bf16.append(ours_steps_per_second("bf16"))
+        fp32.append(ours_steps_per_second("fp32"))
+    results["bf16_vs_fp32"] = statistics.median(bf16) / statistics.median(fp32)
+    repro.configure_determinism("strict")
+    results["compile_seconds"], compiled_rate = compiled_rates()
+    eager_rate = statistics.median(ours_steps_per_second() for _ in range(repeats))
+    results["compile_vs_eager"] = compiled_rate / eager_rate
+    repro.configure_determinism("off")
 
     for name, dataset, loader_epochs in (("", train_set, epochs), ("slow_", slow_set, 1)):
         for workers in (0, 2):

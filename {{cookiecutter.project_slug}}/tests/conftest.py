@@ -195,7 +195,6 @@ def value_of(result, request: pytest.FixtureRequest):
 RUNS = {
     "seed7": (("--seed", "7"), {"PYTHONHASHSEED": None}),
     "seed7_again": (("--seed", "7"), {"PYTHONHASHSEED": "123"}),
-    "seed7_workers2": (("--seed", "7", "--num-workers", "2"), {}),
     # Two invariances in one run, to keep the suite fast: a mismatch would fail the test of each.
     "seed7_workers3_eval_never": (("--seed", "7", "--num-workers", "3", "--eval-every", "0"), {}),
     "seed7_workers2_persistent": (("--seed", "7", "--num-workers", "2", "--persistent-workers",

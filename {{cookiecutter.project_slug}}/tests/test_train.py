@@ -18,13 +18,6 @@ def test_one_seed_in_two_fresh_processes_gives_identical_losses_and_weights(runs
     assert first.weights == second.weights
 
 
-def test_one_seed_with_two_workers_and_shuffling_gives_identical_losses_and_weights(runs):
-    first, second = runs["seed7_workers2"], runs["seed7_workers2_persistent"]
-    assert first.config["num_workers"] == second.config["num_workers"] == 2
-    assert first.train_losses == second.train_losses
-    assert first.weights == second.weights
-
-
 def test_another_seed_gives_other_losses_and_weights(runs):
     """The negative control: without it, the tests above could pass by never changing anything."""
     assert runs["seed8"].weights != runs["seed7"].weights

@@ -78,10 +78,17 @@ class EpochSampler(Sampler):
         return max(0, per_rank - self.start)  # a resume at an epoch's very end has nothing left
 
 
-def seed_global_generators(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed & 0xFFFFFFFF)  # NumPy's legacy generator takes 32 bits
-    torch.default_generator.manual_seed(seed)  # the CPU generator only: workers never draw on a GPU
+MASK64 = 2**64 - 1
+
+
+def sample_seed(base: int, epoch: int, index: int) -> int:
+    """A 64-bit seed for one sample: SplitMix64's finaliser over (base, epoch, index), a bijection,
+    so no two (epoch, index) pairs below 2**32 share a seed. About half a microsecond: this runs
+    for every sample, where derive_seed's hash (two microseconds) would show."""
+    z = (base ^ (epoch << 32) ^ index) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
 
 
 class KeyedRandomness(Dataset):
@@ -94,7 +101,7 @@ class KeyedRandomness(Dataset):
     """
 
     def __init__(self, dataset: Dataset, seed: int, stream: int) -> None:
-        self.dataset, self.seed, self.stream = dataset, seed, stream
+        self.dataset, self.base = dataset, derive_seed(seed, stream)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -106,10 +113,14 @@ class KeyedRandomness(Dataset):
         # In a worker, nothing else draws from this process's generators: no need to put them back.
         saved = None if get_worker_info() is not None else \
             (random.getstate(), np.random.get_state(), torch.default_generator.get_state())
+        seed_python, seed_numpy, seed_torch = random.seed, np.random.seed, torch.default_generator.manual_seed
         try:
             samples = []
             for epoch, index in keys:
-                seed_global_generators(derive_seed(self.seed, self.stream, epoch, index))
+                seed = sample_seed(self.base, epoch, index)
+                seed_python(seed)
+                seed_numpy(seed & 0xFFFFFFFF)  # NumPy's legacy generator takes 32 bits
+                seed_torch(seed)  # the CPU generator only: workers never draw on a GPU
                 samples.append(self.dataset[index])
             return samples
         finally:
