@@ -35,7 +35,8 @@ def test_every_flag_is_in_the_readme_table_with_its_default():
 
 
 def test_only_settings_that_change_no_result_may_change_on_resume():
-    assert set(EXECUTION_ONLY) == {"num_workers", "persistent_workers", "prefetch_factor", "checkpoint_every"}
+    assert set(EXECUTION_ONLY) == {"num_workers", "persistent_workers", "prefetch_factor", "checkpoint_every",
+                                   "tensorboard"}
 
 
 def test_the_hidden_constants_of_the_recipe_are_recorded_settings():

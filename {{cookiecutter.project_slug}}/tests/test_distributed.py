@@ -5,11 +5,14 @@ Selected with `pytest -m distributed` (a plain `pytest` leaves them out to stay 
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
 import sys
 
 import pytest
 
-from conftest import FAST, PACKAGE, once, read_run, start, value_of
+from conftest import FAST, HELD_AT_STEP, PACKAGE, once, python_env, read_run, start, value_of, wait_until
 
 pytestmark = pytest.mark.distributed
 
@@ -69,3 +72,65 @@ def test_a_different_world_size_is_a_different_run(ddp_runs):
     """Not a guarantee but a fact worth a test: other batches, other reduction order."""
     assert ddp_runs["seed7_one_process"][0].config["world_size"] == 1
     assert ddp_runs["seed7"][0].weights != ddp_runs["seed7_one_process"][0].weights
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def two_nodes(root, name: str, program: list[str], *flags: str, env=None) -> list:
+    """Two torchrun agents on this machine, as two nodes of one process each, meeting through
+    c10d rendezvous on 127.0.0.1: the commands the README gives for two machines."""
+    port = free_port()
+    agent = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", name]
+    return [start([*agent, *program, *FAST, "--seed", "7", "--out", str(root / name), *flags],
+                  root / f"{name}-node{node}.log", env=env) for node in (0, 1)]
+
+
+def two_node_runs(root):
+    """A two-node run; and one held at step 10 on both nodes, SIGTERMed there (as a preempting
+    scheduler does), then launched again with --resume."""
+    script = root / "held_train.py"
+    script.write_text(HELD_AT_STEP.format(package=PACKAGE))
+    whole = two_nodes(root, "two_nodes", ["-m", f"{PACKAGE}.train"])
+    marker = root / "held"
+    held = two_nodes(root, "interrupted", [str(script), "10", str(marker)], env=python_env(PYTHONHASHSEED="7"))
+    for rank in (0, 1):
+        wait_until(marker.with_name(f"held.{rank}").exists, held[rank], f"rank {rank} reaching step 10")
+    for rank in (0, 1):  # the training processes themselves; torchrun then ends with their failure
+        os.kill(int(marker.with_name(f"held.{rank}").read_text()), signal.SIGTERM)
+    for agent in held:
+        assert agent.wait() != 0
+    # Both ranks agreed to stop after step 10 and wrote its checkpoint before leaving.
+    assert (root / "interrupted" / "checkpoints" / "step-00000010.pt").exists()
+    resumed = two_nodes(root, "interrupted", ["-m", f"{PACKAGE}.train"], "--resume")
+    for name, agent in (("two_nodes", whole[0]), ("two_nodes", whole[1]), ("interrupted", resumed[0]),
+                        ("interrupted", resumed[1])):
+        assert agent.wait() == 0, f"{name}: {agent.stderr[-3000:]}"
+    return {name: read_run(root / name) for name in ("two_nodes", "interrupted")}
+
+
+@pytest.fixture(scope="module")
+def two_node_runs_or_failure(tmp_path_factory):
+    return once(lambda: two_node_runs(tmp_path_factory.mktemp("nodes")))
+
+
+@pytest.fixture
+def nodes(two_node_runs_or_failure, request):
+    return value_of(two_node_runs_or_failure, request)
+
+
+def test_two_nodes_of_one_process_give_the_weights_of_one_node_of_two(nodes, ddp_runs):
+    two_nodes_run, one_node = nodes["two_nodes"], ddp_runs["seed7"][0]
+    assert two_nodes_run.config["world_size"] == 2
+    assert two_nodes_run.metrics == one_node.metrics
+    assert two_nodes_run.weights == one_node.weights
+
+
+def test_a_two_node_run_stopped_by_sigterm_and_launched_again_with_resume_ends_with_the_same_weights(nodes, ddp_runs):
+    resumed = nodes["interrupted"]
+    assert resumed.metrics == ddp_runs["seed7"][0].metrics
+    assert resumed.weights == ddp_runs["seed7"][0].weights

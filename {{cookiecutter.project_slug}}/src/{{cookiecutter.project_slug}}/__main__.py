@@ -9,6 +9,10 @@ COMMANDS = """\
   python -m {{ cookiecutter.project_slug }}.verify runs/a           re-run a recorded run and compare step by step
   python -m {{ cookiecutter.project_slug }}.compare runs/a runs/b   two runs side by side
   python -m {{ cookiecutter.project_slug }}.doctor                  is this machine set up for bitwise repeats?
+  python -m {{ cookiecutter.project_slug }}.study --seeds 0-4 --out studies/base
+                                      one run per seed, their statistics and a picture
+  python -m {{ cookiecutter.project_slug }}.plot runs/a runs/b --out curves.png
+                                      training loss and validation accuracy, drawn
   torchrun --standalone --nproc-per-node 2 -m {{ cookiecutter.project_slug }}.train --out runs/ddp
                                       several processes (DistributedDataParallel)
 """

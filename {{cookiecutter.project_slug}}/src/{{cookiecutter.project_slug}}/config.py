@@ -99,6 +99,8 @@ class Config:
                                        "on it", execution_only=True)
     prefetch_factor: int | None = setting(None, "batches each worker loads ahead; the result does not depend "
                                           "on it", integer(1), execution_only=True)
+    tensorboard: bool = setting(False, "also write the metrics as TensorBoard event files into the run folder's "
+                                "tensorboard/ (needs the tensorboard package)", execution_only=True)
     checkpoint_every: int = setting(50, "save a checkpoint every N optimizer steps, and at each epoch's end "
                                     "(0: epoch ends only)", integer(0), execution_only=True)
 

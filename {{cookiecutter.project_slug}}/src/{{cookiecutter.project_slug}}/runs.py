@@ -4,6 +4,7 @@
     environment.json  versions, devices, determinism flags and environment variables in effect
     metrics.csv       one row per optimizer step (split=train) and per evaluation (split=val)
     checkpoints/      the last few checkpoints, for --resume
+    tensorboard/      with --tensorboard: the same metrics as TensorBoard event files
     model.pt          the final state_dict (load it with torch.load(..., weights_only=True))
     summary.json      seeds, device, weights_sha256, train_seconds and the final evaluation
 
@@ -31,7 +32,7 @@ from .utils.device import available_devices
 from .utils.hashseed import hash_seed_in_effect
 from .utils.repro import determinism_flags, state_dict_sha256
 
-RUN_FILES = ("config.json", "environment.json", "metrics.csv", "model.pt", "summary.json", "checkpoints")
+RUN_FILES = ("config.json", "environment.json", "metrics.csv", "model.pt", "summary.json", "checkpoints", "tensorboard")
 METRIC_FIELDS = ("epoch", "step", "split", "loss", "accuracy")
 # What must match for PyTorch to promise bitwise equality; other environment keys are informative.
 ENVIRONMENT_KEYS = ("python", "torch", "numpy", "cuda", "cudnn", "device", "device_name", "intra_op_threads",
@@ -96,10 +97,11 @@ def write_json(path: Path, data: dict) -> None:
 
 
 class MetricsLog:
-    """metrics.csv, appended one row at a time. Every rank counts the rows; only rank 0 writes."""
+    """metrics.csv, appended one row at a time. Every rank counts the rows; only rank 0 writes,
+    and hands each row to its trackers (tracking.py) too."""
 
-    def __init__(self, path: Path, rows: int, writes: bool) -> None:
-        self.path, self.rows, self.writes = path, rows, writes
+    def __init__(self, path: Path, rows: int, writes: bool, trackers: list | None = None) -> None:
+        self.path, self.rows, self.writes, self.trackers = path, rows, writes, trackers or []
         self.file = None
 
     def start(self) -> None:
@@ -126,6 +128,8 @@ class MetricsLog:
         if self.file is not None:
             # repr() of a float round-trips exactly, so two runs compare bit for bit.
             csv.writer(self.file, lineterminator="\n").writerow([epoch, step, split, repr(loss), repr(accuracy)])
+            for tracker in self.trackers:
+                tracker({"epoch": epoch, "step": step, "split": split, "loss": loss, "accuracy": accuracy})
         self.rows += 1
 
     def sync(self) -> None:

@@ -26,6 +26,7 @@ from .runs import (
     read_json,
     write_json,
 )
+from .tracking import tracking_problem
 from .utils import distributed
 from .utils.device import select_device
 from .utils.precision import compile_problem, precision_problem
@@ -67,7 +68,7 @@ def plan_run(argv: list[str] | None) -> Plan | None:
     else:
         config = Config(**typed, world_size=world_size)
         refuse_if(out_dir_refusal(out, args.overwrite))
-    refuse_if(config.problem())
+    refuse_if(config.problem() or tracking_problem(config))
     try:
         device = select_device(config.device)  # only asks what exists; CUDA stays uninitialised
         if world_size > 1 and device.type == "cuda":  # one GPU per process: the one torchrun assigned

@@ -29,6 +29,7 @@ from .data import make_datasets
 from .model import make_model
 from .runs import MetricsLog, write_result
 from .start import Plan, device_and_folder_problem, plan_run, refuse_if, start_run_folder
+from .tracking import make_trackers
 from .utils import distributed
 from .utils.device import to_device
 from .utils.loader import make_loader
@@ -77,10 +78,7 @@ def train(plan: Plan) -> int:
     train_set, val_set = make_datasets(config)
     train_loader, val_loader = make_loaders(train_set, val_set, config)
     model = make_model(config).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
-                                weight_decay=config.weight_decay)
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr,
-                                                    total_steps=config.epochs * len(train_loader))
+    optimizer, scheduler = make_optimizer(model, config, steps=config.epochs * len(train_loader))
     state = TrainingState(model, optimizer, scheduler, make_scaler(config.precision, device))
     log = MetricsLog(out / "metrics.csv", rows=0, writes=is_main)
     if plan.checkpoint is not None:
@@ -89,6 +87,7 @@ def train(plan: Plan) -> int:
         # Last: building the data and the model drew random numbers too.
         restore_rng_state(plan.checkpoint["rng"][distributed.rank()])
     start_run_folder(plan, log, is_main)
+    log.trackers = make_trackers(config, out, is_main)  # after the folder is ready: --tensorboard writes there
 
     started, result = time.perf_counter(), None
     with StopSignals() as signals, log:
@@ -121,6 +120,13 @@ def train(plan: Plan) -> int:
         print(f"weights_sha256 {summary['weights_sha256']}  val_accuracy {result['accuracy']:.4f}  "
               f"train_seconds {seconds:.1f}  -> {out}")
     return 0
+
+
+def make_optimizer(model: nn.Module, config: Config, steps: int):
+    """SGD with momentum, and a one-cycle learning-rate schedule over all `steps` of the run."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
+                                weight_decay=config.weight_decay)
+    return optimizer, torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr, total_steps=steps)
 
 
 def make_loaders(train_set: Dataset, val_set: Dataset, config: Config) -> tuple[DataLoader, DataLoader]:

@@ -1,0 +1,133 @@
+"""Specifications of studies: many seeds in one command, each an ordinary run, summarised.
+
+The refusals are fast. The studies themselves train several runs each and are marked `slow`
+(`pytest -m slow`, as the CI workflow runs).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import sys
+
+import pytest
+
+from {{ cookiecutter.project_slug }} import compare, study
+
+from conftest import PACKAGE, once, read_run, start, value_of, wait_until
+
+FLAGS = ("--epochs", "1", "--device", "cpu", "--checkpoint-every", "4")
+
+
+@pytest.mark.parametrize("text, seeds", [("0,1,2", [0, 1, 2]), ("0-3", [0, 1, 2, 3]), ("5, 0-1 ,9", [5, 0, 1, 9])])
+def test_seeds_are_lists_and_ranges(text, seeds):
+    assert study.parse_seeds(text) == seeds
+
+
+@pytest.mark.parametrize("text, reason", [("", "is not a seed"), ("1,,2", "is not a seed"), ("a-b", "is not a seed"),
+                                          ("3-1", "not a range"), ("0-2,2", "names seed 2 twice"),
+                                          ("4294967296", "not a range of seeds")])
+def test_bad_seed_lists_are_refused_with_one_line_before_anything_runs(text, reason, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        study.main(["--seeds", text, "--out", str(tmp_path / "s")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and reason in err[0]
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("flags, reason", [(("--epochs", "0"), "argument --epochs: 0 is not at least 1"),
+                                           (("--seed", "3"), "--seed is set by the study"),
+                                           (("--resume",), "--resume is set by the study"),
+                                           (("--prefetch-factor", "2"), "need --num-workers above 0"),
+                                           (("--colour", "red"), "unrecognized arguments: --colour")])
+def test_a_training_flag_that_train_would_refuse_is_refused_before_anything_runs(flags, reason, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        study.main(["--seeds", "0-1", "--out", str(tmp_path / "s"), *flags])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and reason in err[0] and err[0].startswith(f"python -m {PACKAGE}.study: error:")
+    assert not (tmp_path / "s").exists()
+
+
+def test_another_result_setting_for_an_existing_study_is_refused(tmp_path, capsys):
+    folder = tmp_path / "s"
+    folder.mkdir()
+    shared = {k: v for k, v in study.Config().to_dict().items() if k != "seed"}
+    (folder / "study.json").write_text(json.dumps({"config": shared, "seeds": [0], "runs": None}))
+    with pytest.raises(SystemExit) as exit_info:
+        study.main(["--seeds", "0", "--out", str(folder), "--lr", "0.5"])
+    assert exit_info.value.code == 2
+    assert "lr: 0.05 -> 0.5" in capsys.readouterr().err
+
+
+def test_the_confidence_interval_is_students_t():
+    stats = study.statistics_of([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert stats["mean"] == 3.0 and math.isclose(stats["std"], math.sqrt(2.5))
+    half = 2.776 * math.sqrt(2.5) / math.sqrt(5)  # t(0.975, 4 degrees of freedom) = 2.776
+    assert stats["ci95"] == pytest.approx([3.0 - half, 3.0 + half])
+    assert study.statistics_of([1.0])["ci95"] is None
+
+
+def without_timings(study_json: dict) -> dict:
+    runs = [{k: v for k, v in row.items() if k != "train_seconds"} for row in study_json["runs"]]
+    return {**{k: v for k, v in study_json.items() if k != "study_seconds"}, "runs": runs}
+
+
+def studies(root):
+    """A study run through, and the same study killed (with its runs) during seed 1, then re-run."""
+    command = [sys.executable, "-m", f"{PACKAGE}.study", "--seeds", "0-2", *FLAGS]
+    whole = start([*command, "--out", str(root / "whole"), "--jobs", "2"], root / "whole.log")
+    killed = start([*command, "--out", str(root / "killed")], root / "killed.log")
+    seed_1 = root / "killed" / "seed-1" / "checkpoints"
+    wait_until(lambda: any(seed_1.glob("step-0000000[4-9].pt")), killed, "seed 1 had a checkpoint")
+    killed.kill_group(signal.SIGKILL)
+    assert killed.wait() == -signal.SIGKILL
+    rerun = start([*command, "--out", str(root / "killed")], root / "rerun.log")
+    for name, process in (("whole", whole), ("rerun", rerun)):
+        assert process.wait() == 0, f"{name}: {process.stderr[-3000:]}"
+    return {"whole": whole, "rerun": rerun, "root": root}
+
+
+@pytest.fixture(scope="module")
+def studies_or_failure(tmp_path_factory):
+    return once(lambda: studies(tmp_path_factory.mktemp("studies")))
+
+
+@pytest.fixture
+def ran(studies_or_failure, request):
+    return value_of(studies_or_failure, request)
+
+
+@pytest.mark.slow
+def test_a_study_writes_study_json_csv_png_and_prints_a_table(ran):
+    root = ran["root"]
+    summary = json.loads((root / "whole" / "study.json").read_text())
+    assert summary["seeds"] == [0, 1, 2] and [row["seed"] for row in summary["runs"]] == [0, 1, 2]
+    accuracies = [row["val_accuracy"] for row in summary["runs"]]
+    assert summary["statistics"]["val_accuracy"] == study.statistics_of(accuracies)
+    assert len(set(row["weights_sha256"] for row in summary["runs"])) == 3  # three seeds, three results
+    csv_rows = (root / "whole" / "study.csv").read_text().splitlines()
+    assert csv_rows[0].startswith("seed,weights_sha256,val_loss,val_accuracy") and len(csv_rows) == 4
+    assert (root / "whole" / "study.png").read_bytes().startswith(b"\x89PNG")
+    printed = ran["whole"].stdout
+    assert "val_accuracy" in printed and "mean" in printed and summary["runs"][0]["weights_sha256"][:12] in printed
+
+
+@pytest.mark.slow
+def test_each_seed_is_an_ordinary_run_and_all_share_the_data_seed(ran, capsys):
+    runs = [read_run(ran["root"] / "whole" / f"seed-{seed}") for seed in range(3)]
+    assert [run.config["seed"] for run in runs] == [0, 1, 2]
+    assert len({run.config["data_seed"] for run in runs}) == 1  # scored on the same validation samples
+    assert compare.main([str(runs[0].path), str(runs[1].path)]) == 1  # compare reads them
+    assert "seed: 0 -> 1" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_study_killed_and_run_again_ends_with_the_study_json_of_one_never_interrupted(ran):
+    root = ran["root"]
+    whole, rerun = (json.loads((root / name / "study.json").read_text()) for name in ("whole", "killed"))
+    assert without_timings(rerun) == without_timings(whole)
+    assert "seed 0: kept" in ran["rerun"].stdout and "seed 1: resumed" in ran["rerun"].stdout
+    assert "seed 2: started" in ran["rerun"].stdout
