@@ -1,4 +1,6 @@
-"""Jinja filters for this template (cookiecutter loads them through `_extensions`).
+"""Jinja filters and functions for this template, loaded by cookiecutter (cookiecutter.json's
+`_extensions`) and by copier (copier.yml's `_jinja_extensions`, through copier-template-extensions,
+since copier does not put the template's folder on the import path).
 
 - `identifier`: derives the package name from the project name: lower case, and every run of
   characters other than a-z and 0-9 becomes one `_`. `O'Brien "Quoted" 项目` -> `o_brien_quoted`.
@@ -9,13 +11,33 @@
   HTML-escapes quotes. Ours keeps text readable and yields a double-quoted literal that is valid
   in Python, TOML and YAML alike: JSON escapes quotes, backslashes and control characters, and
   DEL, which TOML forbids raw, is escaped too.
+- `utc_year()`: the year for LICENSE; a function of ours rather than cookiecutter's `{% now %}`
+  tag, so that copier, which lacks that tag, derives `__year` from the same cookiecutter.json line.
+- `refusal(question)`: for copier's validators: the pre-generation hook's sentence for the answer
+  to `question` (hooks/pre_gen_project.py's ANSWER_CHECKS), or "" when the answer is good.
+- `paths_to_remove(answers)`: for copier's `_exclude`: the post-generation hook's own list of the
+  files that the options turn off.
 """
 
+import datetime
+import importlib.util
 import json
 import re
 import unicodedata
+from pathlib import Path
 
+from jinja2 import pass_context
 from jinja2.ext import Extension
+
+HOOKS = Path(__file__).resolve().parent / "hooks"
+
+
+def load_hook(name: str):
+    """Imports a hook by path: the checks are plain functions, the template line sits under __main__."""
+    spec = importlib.util.spec_from_file_location(f"repro_template_{name}", HOOKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def identifier(name: str) -> str:
@@ -28,10 +50,30 @@ def tojson(value: object) -> str:
     return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
+def utc_year() -> str:
+    return str(datetime.datetime.now(datetime.timezone.utc).year)
+
+
 class Filters(Extension):
-    """Registers both filters; named in cookiecutter.json's `_extensions`."""
+    """Registers the filters and functions; named in cookiecutter.json and copier.yml."""
 
     def __init__(self, environment):
         super().__init__(environment)
+        pre_gen, post_gen = load_hook("pre_gen_project"), load_hook("post_gen_project")
+
+        @pass_context
+        def refusal(context, question: str) -> str:
+            # copier renders a validator with every answer given so far, the one being checked
+            # included, but that one already cast to the question's type: a yes/no typed as `maybe`
+            # arrives as True. So the check reads an answer given with --data as it was typed.
+            answers = dict(context.get_all())
+            given = answers.get("_copier_conf", {}).get("data", {})
+            if question in given:
+                answers[question] = given[question]
+            return pre_gen.ANSWER_CHECKS[question](answers) or ""
+
         environment.filters["identifier"] = identifier
         environment.filters["tojson"] = tojson
+        environment.globals["utc_year"] = utc_year
+        environment.globals["refusal"] = refusal
+        environment.globals["paths_to_remove"] = post_gen.paths_to_remove

@@ -20,6 +20,9 @@ measures, in this one process, alternating the contenders and reporting medians 
   compile_vs_eager   steps/s of the loop with --compile, after the first step, against eager
                      (both under --deterministic strict)
   compile_seconds    the first compiled step, which compiles the model
+  study_jobs2_vs_serial
+                     wall time of `study --seeds 0-4 --jobs 2` against `--jobs 1`, the default run
+                     (lower is better: the target is at most 0.65 on two cores)
   keyed_randomness_us_per_sample
                      what the keyed randomness adds per sample in the main process, in µs:
                      the difference of the two loaders' time per sample, 0 workers, example data
@@ -40,6 +43,7 @@ import datetime
 import importlib
 import json
 import logging
+import os
 import platform
 import statistics
 import subprocess
@@ -234,6 +238,17 @@ def main() -> int:
         float(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout)
         for _ in range(3))
 
+    study_seconds = {}
+    for jobs in (1, 2):  # 5 seeds of the default run, one after another and two at a time
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", f"{PACKAGE}.study", "--seeds", "0-4", "--out",
+                        str(scratch / f"study_jobs{jobs}"), "--jobs", str(jobs), "--device", "cpu"],
+                       cwd=project, env={**os.environ, "PYTHONPATH": str(project / "src")},
+                       check=True, capture_output=True)
+        study_seconds[jobs] = time.perf_counter() - start
+    results["study_jobs2_vs_serial"] = study_seconds[2] / study_seconds[1]
+    results["study_seconds"] = {"jobs_1": study_seconds[1], "jobs_2": study_seconds[2]}
+
     results["bake_seconds"] = bake_seconds
     start = time.perf_counter()
     suite = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=project,
@@ -258,8 +273,6 @@ def main() -> int:
 
 
 def _cpu_count() -> int:
-    import os
-
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 

@@ -5,6 +5,10 @@ Standard library only, and safe to run twice: it deletes only the named paths in
 project, and only when they exist, and never re-initialises or re-commits a repository. cruft
 runs this hook again on every `cruft diff` and `cruft update`, in scratch folders of its own, so
 the message is short and git is left alone there (see git_notes).
+
+copier runs the same main() as a task after `copier copy` (see copier.yml), with the answers as
+the first argument; there the files are pruned already (copier.yml's _exclude calls
+paths_to_remove), so prune() finds nothing left to do.
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ def has_identity(project_dir: Path) -> bool:
     return True
 
 
-def init_git(project_dir: Path, slug: str) -> list[str]:
+def init_git(project_dir: Path, folder: str) -> list[str]:
     """Makes the project a git repository, everything staged, and commits if git knows who commits.
 
     Returns the notes for the user: none when the first commit was made.
@@ -81,20 +85,20 @@ def init_git(project_dir: Path, slug: str) -> list[str]:
     if inside_a_repository(project_dir):
         # A second run over the same folder, or a project baked inside another repository (a
         # monorepo): that history belongs to the user, so no nested repository and no commit.
-        return [f"note: {slug}/ is already inside a git repository; git was left as it is."]
+        return [f"note: {folder}/ is already inside a git repository; git was left as it is."]
     for args in (("init", "-q"), ("add", "-A")):
         result = git(project_dir, *args)
         if result.returncode:
-            return [f"note: 'git {args[0]}' failed ({last_line(result)}); {slug}/ has no first commit."]
-    how_to_commit = f"cd {slug} && git commit -m 'Initial commit'"
+            return [f"note: 'git {args[0]}' failed ({last_line(result)}); {folder}/ has no first commit."]
+    how_to_commit = f"cd {folder} && git commit -m 'Initial commit'"
     if not has_identity(project_dir):
-        return [f"note: {slug}/ is a git repository, files staged, nothing committed (git has no "
+        return [f"note: {folder}/ is a git repository, files staged, nothing committed (git has no "
                 f"user.name/user.email); set them with git config --global, then: {how_to_commit}"]
     # --no-verify: the user's own git hooks (pre-commit's init-templatedir, say) would otherwise set
     # up their environments in the middle of a bake; these files are the template's, linted by its tests.
     result = git(project_dir, "commit", "-q", "--no-verify", "-m", FIRST_COMMIT_MESSAGE)
     if result.returncode:
-        return [f"note: {slug}/ is a git repository, but the first commit failed ({last_line(result)}); "
+        return [f"note: {folder}/ is a git repository, but the first commit failed ({last_line(result)}); "
                 f"{how_to_commit}"]
     return []
 
@@ -103,28 +107,34 @@ def under_cruft(context: dict) -> bool:
     return "_commit" in context  # cruft adds the template's commit to the context; cookiecutter does not
 
 
+def folder_name(context: dict) -> str:
+    """The project folder's name: the package name under cookiecutter and cruft; under copier the
+    destination the user gave, which copier passes as `_folder_name`."""
+    return context.get("_folder_name") or context["project_slug"]
+
+
 def git_notes(project_dir: Path, context: dict) -> list[str]:
     if not context.get("init_git"):
         return []
+    folder = folder_name(context)
     if under_cruft(context):
         # cruft bakes into scratch folders on create, diff and update and compares them with `git
         # diff --no-index`, which would take a .git folder made here for project files; and on
         # create it writes .cruft.json after this hook, so a commit made here would leave it out.
-        slug = context["project_slug"]
-        return [f"note: under cruft, git is yours to start: cd {slug} && git init && git add -A && git commit"]
-    return init_git(project_dir, context["project_slug"])
+        return [f"note: under cruft, git is yours to start: cd {folder} && git init && git add -A && git commit"]
+    return init_git(project_dir, folder)
 
 
 def next_steps(context: dict, project_dir: Path, notes: list[str]) -> str:
     """A short message: cruft prints it again on every diff and update."""
-    slug = context["project_slug"]
-    lines = [f"Created {slug}/. Next steps: {slug}/README.md, 'Quick start'.", *notes]
+    slug, folder = context["project_slug"], folder_name(context)
+    lines = [f"Created {folder}/. Next steps: {folder}/README.md, 'Quick start'.", *notes]
     if slug == "project" and not any(c.isascii() and c.isalpha() for c in str(context["project_name"])):
         lines.append("note: the package is called 'project' because the project name has no Latin letters; "
                      "to choose another, answer the package-name prompt or bake with project_slug=<name>.")
     license_file = project_dir / "LICENSE"
     if license_file.is_file() and PLACEHOLDER_AUTHOR in license_file.read_text(encoding="utf-8"):
-        lines.append(f"note: {slug}/LICENSE names the placeholder '{PLACEHOLDER_AUTHOR}' as copyright holder; "
+        lines.append(f"note: {folder}/LICENSE names the placeholder '{PLACEHOLDER_AUTHOR}' as copyright holder; "
                      "bake with author_name=..., or put your name in LICENSE and pyproject.toml.")
     return "\n".join(lines)
 
@@ -140,4 +150,6 @@ def main(context: dict) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(json.loads(r"""{{ cookiecutter|tojson }}""")))
+    # cookiecutter renders this file before running it, so the raw string holds the context as JSON;
+    # copier runs the file as it is in the template and passes the same JSON as the first argument.
+    sys.exit(main(json.loads(sys.argv[1] if len(sys.argv) > 1 else r"""{{ cookiecutter|tojson }}""")))

@@ -3,7 +3,9 @@
 Standard library only: cookiecutter runs this with its own interpreter, before the project's
 dependencies exist. Each refusal is one line on stderr, the only thing this hook prints, and exit 1;
 cookiecutter then removes the half-made folder and prints its own traceback after our line (see the
-README). The checks are plain functions so that tests/test_hooks.py can call them.
+README). The checks are plain functions so that tests/test_hooks.py can call them, and so that
+copier runs the very same functions as its questions' validators: local_extensions.py exposes
+ANSWER_CHECKS to copier.yml, which scripts/generate_copier.py writes from this table.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ CHOICES = {
     "license": ("MIT", "BSD-3-Clause", "Apache-2.0", "none"),
 }
 BOOLEANS = ("github_actions", "pre_commit", "init_git")
+# The words cookiecutter reads as yes or no on its command line. copier reads any other word as yes
+# (`init_git=maybe`), so its validators refuse them, using check_yes_no on the text as typed.
+YES_NO = ("1", "true", "t", "yes", "y", "on", "0", "false", "f", "no", "n", "off")
 
 # Names a project must not take beyond the standard library (whose list, sys.stdlib_module_names,
 # leaves out `test`): importing the project would shadow these for its own code
@@ -76,14 +81,28 @@ def check_choices(context: dict) -> str | None:
     return None
 
 
-def check_combination(context: dict) -> str | None:
+def check_yes_no(key: str, value: object) -> str | None:
+    if isinstance(value, bool) or str(value).strip().lower() in YES_NO:
+        return None
+    return f"{key} must be true or false (or yes, no, 1, 0...), not {value!r}"
+
+
+def check_license_holder(context: dict) -> str | None:
     if context.get("license") != "none" and not str(context.get("author_name", "")).strip():
         return (f"the {context.get('license')} license needs a copyright holder: "
                 "set author_name, or choose license 'none'")
-    email = str(context.get("author_email", "")).strip()
-    if email and not re.fullmatch(r"[^@\s]+@[^@\s]+", email):
-        return f"author_email {email!r} is not an e-mail address (leave it empty for none)"
     return None
+
+
+def check_email(email: object) -> str | None:
+    text = str(email).strip()
+    if text and not re.fullmatch(r"[^@\s]+@[^@\s]+", text):
+        return f"author_email {text!r} is not an e-mail address (leave it empty for none)"
+    return None
+
+
+def check_combination(context: dict) -> str | None:
+    return check_license_holder(context) or check_email(context.get("author_email", ""))
 
 
 def check_cookiecutter_version() -> str | None:
@@ -97,15 +116,29 @@ def check_cookiecutter_version() -> str | None:
     return None
 
 
+# Each answer's check, keyed by the question it belongs to, in the order the questions are asked.
+# copier.yml gives each of these questions a validator that calls local_extensions.refusal with the
+# question's name (no braces here: cookiecutter renders this file), so copier refuses a bad answer
+# at its own prompt, or its --data value, with the sentence this hook prints.
+# The license check sits on `license` because copier asks it after author_name, so both are known.
+# CHOICES need no validator there: copier's `choices` refuses any other value before a validator
+# would run, as cookiecutter itself does on its command line.
+ANSWER_CHECKS = {
+    "project_slug": lambda context: check_slug(context["project_slug"]),
+    "author_email": lambda context: check_email(context.get("author_email", "")),
+    "python_version": lambda context: check_python_version(context["python_version"]),
+    "seed": lambda context: check_seed(context["seed"]),
+    "license": check_license_holder,
+    **{key: (lambda context, key=key: check_yes_no(key, context[key])) for key in BOOLEANS},
+}
+
+
 def validate(context: dict) -> str | None:
     """Returns the first problem found, as one sentence, or None."""
     return (
         check_cookiecutter_version()
-        or check_slug(context["project_slug"])
-        or check_seed(context["seed"])
-        or check_python_version(context["python_version"])
         or check_choices(context)
-        or check_combination(context)
+        or next(filter(None, (check(context) for check in ANSWER_CHECKS.values())), None)
     )
 
 

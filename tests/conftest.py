@@ -5,12 +5,17 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE_DIR = ROOT / "{{cookiecutter.project_slug}}"
+# What a clone of the template holds that cookiecutter, cruft and copier read.
+TEMPLATE_PARTS = ["cookiecutter.json", "copier.yml", "local_extensions.py", "hooks", "{{cookiecutter.project_slug}}"]
+# copier's answers file, as a template: its name renders empty under cookiecutter, which then skips it.
+COPIER_ANSWERS_TEMPLATE = "{{cookiecutter.__answers}}"
 COOKIECUTTER_JSON = json.loads((ROOT / "cookiecutter.json").read_text(encoding="utf-8"))
 # The name that every quoting bug trips over: both quote kinds, a backslash, and Chinese.
 AWKWARD_NAME = 'O\'Brien "Quoted" 项目 back\\slash'
@@ -42,9 +47,27 @@ def clean_git_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def copy_template(destination: Path) -> Path:
+    """A scratch copy of the template as it is in the working tree (uncommitted edits included)."""
+    destination.mkdir(parents=True)
+    for part in TEMPLATE_PARTS:
+        source = ROOT / part
+        if source.is_dir():
+            shutil.copytree(source, destination / part,
+                            ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", ".ruff_cache"))
+        else:
+            shutil.copy2(source, destination / part)
+    return destination
 
-def cookiecutter_cli(out: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+
+def cookiecutter_cli(out: Path, *args: str, env: dict[str, str] | None = None,
+                     template: Path = ROOT) -> subprocess.CompletedProcess:
     """Runs cookiecutter's command line as a user would, without prompts, into the folder `out`."""
     out.mkdir(parents=True, exist_ok=True)
-    return subprocess.run([sys.executable, "-m", "cookiecutter", "--no-input", "-o", str(out), str(ROOT), *args],
+    return subprocess.run([sys.executable, "-m", "cookiecutter", "--no-input", "-o", str(out), str(template), *args],
                           capture_output=True, text=True, env=env)
+
+
+def copier_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Runs copier's command line as a user would."""
+    return subprocess.run([sys.executable, "-m", "copier", *args], cwd=cwd, capture_output=True, text=True, env=env)

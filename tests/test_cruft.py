@@ -15,13 +15,11 @@ three-way merge, which is what keeps the user's edits.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 
-from conftest import IDENTITY, ROOT, clean_git_env
+from conftest import IDENTITY, clean_git_env, copy_template
 
-TEMPLATE_PARTS = ["cookiecutter.json", "local_extensions.py", "hooks", "{{cookiecutter.project_slug}}"]
 USER_LINE = "A line the user wrote."
 TEMPLATE_LINE = "# A line the template added later."
 
@@ -42,15 +40,7 @@ def commit_all(path, message: str, env) -> None:
 
 def test_cruft_creates_checks_diffs_and_updates_a_project_and_the_users_edit_survives(tmp_path):
     env = clean_git_env(tmp_path / "home", **IDENTITY)
-    template = tmp_path / "template"
-    template.mkdir()
-    for part in TEMPLATE_PARTS:
-        source = ROOT / part
-        if source.is_dir():
-            shutil.copytree(source, template / part,
-                            ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", ".ruff_cache"))
-        else:
-            shutil.copy2(source, template / part)
+    template = copy_template(tmp_path / "template")
     run("git", "init", "-q", cwd=template, env=env)
     commit_all(template, "template v1", env)
 
