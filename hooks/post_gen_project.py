@@ -35,6 +35,8 @@ def paths_to_remove(context: dict) -> list[str]:
         remove.append(".github")
     if not context["pre_commit"]:
         remove.append(".pre-commit-config.yaml")
+    if not context.get("exercises", True):
+        remove.append("exercises")
     return remove
 
 

@@ -29,8 +29,9 @@ CHOICES = {
     "determinism": ("strict", "warn", "off"),
     "dataset": ("synthetic", "digits"),
     "license": ("MIT", "BSD-3-Clause", "Apache-2.0", "none"),
+    "language": ("en", "zh"),
 }
-BOOLEANS = ("github_actions", "pre_commit", "init_git")
+BOOLEANS = ("github_actions", "pre_commit", "init_git", "exercises")
 # The words cookiecutter reads as yes or no on its command line. copier reads any other word as yes
 # (`init_git=maybe`), so its validators refuse them, using check_yes_no on the text as typed.
 YES_NO = ("1", "true", "t", "yes", "y", "on", "0", "false", "f", "no", "n", "off")

@@ -28,6 +28,7 @@ COMBINATIONS = {
     "defaults": {},
     "digits_warn_bsd_no_actions": {
         "dataset": "digits", "determinism": "warn", "license": "BSD-3-Clause", "github_actions": False,
+        "exercises": False,
     },
     "off_apache_no_precommit": {
         "determinism": "off", "license": "Apache-2.0", "pre_commit": False, "python_version": "3.11", "seed": "0",
@@ -35,7 +36,7 @@ COMBINATIONS = {
     },
     "awkward_names_no_license": {
         "project_name": AWKWARD_NAME, "author_name": AWKWARD_NAME, "description": AWKWARD_NAME,
-        "author_email": "", "license": "none", "seed": "4294967295",
+        "author_email": "", "license": "none", "seed": "4294967295", "language": "zh",
     },
 }
 
