@@ -27,6 +27,10 @@ FIRST_COMMIT_MESSAGE = "Initial commit from repro-template"
 REPOSITORY_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR")
 
 
+# The README's first section, by language: where the closing message sends the user.
+QUICK_START = {"en": "Quick start", "zh": "快速上手"}
+
+
 def paths_to_remove(context: dict) -> list[str]:
     remove = []
     if context["license"] == "none":
@@ -130,7 +134,8 @@ def git_notes(project_dir: Path, context: dict) -> list[str]:
 def next_steps(context: dict, project_dir: Path, notes: list[str]) -> str:
     """A short message: cruft prints it again on every diff and update."""
     slug, folder = context["project_slug"], folder_name(context)
-    lines = [f"Created {folder}/. Next steps: {folder}/README.md, 'Quick start'.", *notes]
+    section = QUICK_START[context.get("language", "en")]
+    lines = [f"Created {folder}/. Next steps: {folder}/README.md, '{section}'.", *notes]
     if slug == "project" and not any(c.isascii() and c.isalpha() for c in str(context["project_name"])):
         lines.append("note: the package is called 'project' because the project name has no Latin letters; "
                      "to choose another, answer the package-name prompt or bake with project_slug=<name>.")

@@ -71,3 +71,11 @@ def cookiecutter_cli(out: Path, *args: str, env: dict[str, str] | None = None,
 def copier_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Runs copier's command line as a user would."""
     return subprocess.run([sys.executable, "-m", "copier", *args], cwd=cwd, capture_output=True, text=True, env=env)
+
+# The generated README, one template file per language: a name that renders empty is not written,
+# so each project gets exactly one README.md, in its language (under cookiecutter and copier alike).
+GENERATED_README = {
+    language: ROOT / "{{cookiecutter.project_slug}}" / ("{% if cookiecutter.language == '" + language + "' %}"
+                                                        "README.md{% endif %}")
+    for language in ("en", "zh")
+}

@@ -14,6 +14,7 @@ import sys
 import venv
 from pathlib import Path
 
+import jinja2
 import pytest
 import yaml
 
@@ -51,11 +52,14 @@ def expected_files(context: dict) -> set[str]:
     Derived rather than listed, so that a module added to the template needs no edit here, while a
     pruning mistake (a file kept or removed against the options) or a stray file still fails.
     """
-    slug = context["project_slug"]
     pruned = post_gen.paths_to_remove(context)
     files = set()
     for relative in project_files(TEMPLATE_DIR) - {COPIER_ANSWERS_TEMPLATE}:  # copier's alone
-        name = relative.replace("{{cookiecutter.project_slug}}", slug)
+        # Names are templates too: the slug, and per-language files whose name renders empty
+        # (not written) in a project of the other language.
+        name = jinja2.Environment().from_string(relative).render(cookiecutter=context)
+        if name.endswith("/") or name.split("/")[-1] == "":
+            continue
         if not any(name == path or name.startswith(f"{path}/") for path in pruned):
             files.add(name)
     return files
@@ -111,7 +115,8 @@ def test_the_project_is_a_git_repository_exactly_when_init_git_is_true(baked):
 
 
 def test_the_readme_has_the_section_the_next_steps_message_points_to(baked):
-    assert "## Quick start" in (baked.project_path / "README.md").read_text(encoding="utf-8")
+    section = post_gen.QUICK_START[baked.context["language"]]
+    assert f"## {section}\n" in (baked.project_path / "README.md").read_text(encoding="utf-8")
 
 
 def test_no_template_syntax_is_left(baked):

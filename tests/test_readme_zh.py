@@ -1,0 +1,170 @@
+"""The Chinese generated README (language=zh) is the English one in Chinese: the same document, section for section.
+
+Both files are read as templates, unbaked. What a reader copies (headings' places, tables' rows,
+code blocks, commands, flags, paths, Jinja) must match the English file; the prose must be Chinese.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+from conftest import GENERATED_README
+
+EN_PATH, ZH_PATH = GENERATED_README["en"], GENERATED_README["zh"]
+
+FENCE = re.compile(r"^(`{3,}|~{3,})")
+HEADING = re.compile(r"^(#{1,6})\s+\S")
+INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.S)
+LINK = re.compile(r"!?\[([^\]]*)\]\(([^)\s]*)[^)]*\)")
+JINJA_EXPRESSION = re.compile(r"\{\{.*?\}\}", re.S)
+JINJA_STATEMENT = re.compile(r"\{%.*?%\}", re.S)
+JINJA_COMMENT = re.compile(r"\{#.*?#\}", re.S)
+HTML_ENTITY = re.compile(r"&[A-Za-z]+;|&#\d+;")
+COMMAND_START = ("python -m", "python ", "pip ", "pytest", "torchrun", "--", "sbatch", "srun", "git ", "tensorboard ")
+FILE_SUFFIX = re.compile(r"\.(py|json|csv|pt|png|md|toml|sbatch|npz)\b")
+
+
+class Readme:
+    """A Markdown file split into fenced code blocks and everything else (the prose lines)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.code_blocks: list[str] = []
+        self.prose_lines: list[str] = []
+        fence, block = None, []
+        for line in text.splitlines():
+            if fence is None:
+                opening = FENCE.match(line)
+                if opening:
+                    fence, block = opening.group(1), [line]
+                else:
+                    self.prose_lines.append(line)
+            else:
+                block.append(line)
+                if line.strip() == fence:  # a closing fence has no info string
+                    self.code_blocks.append("\n".join(block))
+                    fence = None
+        assert fence is None, "a code block is never closed"
+
+    @property
+    def prose(self) -> str:
+        return "\n".join(self.prose_lines)
+
+    def heading_levels(self) -> list[int]:
+        return [len(m.group(1)) for line in self.prose_lines if (m := HEADING.match(line))]
+
+    def tables(self) -> list[tuple[int, int]]:
+        """(columns, body rows) of each table, in order; the delimiter row is not counted."""
+        found, rows = [], []
+        for line in [*self.prose_lines, ""]:
+            if line.lstrip().startswith("|"):
+                rows.append(line.strip())
+                continue
+            if rows:
+                assert len(rows) >= 2 and re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", rows[1]), rows[:2]
+                found.append((rows[1].count("|") - 1, len(rows) - 2))
+                rows = []
+        return found
+
+    def sections(self) -> list[tuple[str, str]]:
+        """(heading line, the prose under it up to the next heading), in order."""
+        found: list[tuple[str, list[str]]] = [("", [])]
+        for line in self.prose_lines:
+            if HEADING.match(line):
+                found.append((line, []))
+            else:
+                found[-1][1].append(line)
+        return [(heading, "\n".join(body)) for heading, body in found]
+
+    def inline_code(self) -> list[str]:
+        """The inline code spans of the prose, whitespace inside each collapsed as Markdown does."""
+        return [" ".join(m.group(2).split()) for m in INLINE_CODE.finditer(self.prose)]
+
+    def letters_of_prose(self) -> str:
+        """The letters a reader reads as words: no code, no links, no Jinja, no HTML entities."""
+        text = INLINE_CODE.sub(" ", self.prose)
+        text = LINK.sub(" ", text)
+        for pattern in (JINJA_EXPRESSION, JINJA_STATEMENT, JINJA_COMMENT, HTML_ENTITY):
+            text = pattern.sub(" ", text)
+        return "".join(ch for ch in text if ch.isalpha())
+
+
+def looks_like_command_flag_or_path(span: str) -> bool:
+    return span.startswith(COMMAND_START) or "/" in span or FILE_SUFFIX.search(span) is not None
+
+
+def is_cjk(ch: str) -> bool:
+    code = ord(ch)
+    return (0x4E00 <= code <= 0x9FFF or 0x3400 <= code <= 0x4DBF or 0xF900 <= code <= 0xFAFF
+            or 0x20000 <= code <= 0x2FA1F)
+
+
+@pytest.fixture(scope="module")
+def en() -> Readme:
+    return Readme(EN_PATH.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def zh() -> Readme:
+    return Readme(ZH_PATH.read_text(encoding="utf-8"))
+
+
+def test_the_chinese_readme_has_the_same_headings_at_each_level_in_the_same_order(en, zh):
+    assert Counter(zh.heading_levels()) == Counter(en.heading_levels())
+    assert zh.heading_levels() == en.heading_levels()
+
+
+def test_the_chinese_readme_has_the_same_tables_with_the_same_rows(en, zh):
+    assert en.tables(), "the English README has tables; the parser found none"
+    assert zh.tables() == en.tables()
+
+
+def test_the_chinese_readme_has_the_same_code_blocks_byte_for_byte(en, zh):
+    assert en.code_blocks, "the English README has code blocks; the parser found none"
+    assert zh.code_blocks == en.code_blocks
+
+
+def test_every_command_flag_and_path_of_the_english_readme_is_in_the_chinese_one(en, zh):
+    wanted = {span for span in en.inline_code() if looks_like_command_flag_or_path(span)}
+    assert any(span.startswith("python -m") for span in wanted) and any(span.startswith("--") for span in wanted)
+    assert sorted(wanted - set(zh.inline_code())) == []
+
+
+def test_every_inline_code_span_of_the_english_readme_is_in_the_chinese_one(en, zh):
+    """API names (`DataLoader`, `GradScaler`, ...) and values stay as they are, untranslated."""
+    assert sorted(set(en.inline_code()) - set(zh.inline_code())) == []
+
+
+def test_the_chinese_readme_keeps_the_jinja_of_the_english_one(en, zh):
+    """The same statements in the same order (the same text is chosen), the same expressions as often."""
+    assert JINJA_STATEMENT.findall(zh.text) == JINJA_STATEMENT.findall(en.text)
+    assert Counter(JINJA_EXPRESSION.findall(zh.text)) == Counter(JINJA_EXPRESSION.findall(en.text))
+
+
+def test_the_chinese_readme_keeps_the_links_of_the_english_one(en, zh):
+    targets = {m.group(2) for m in LINK.finditer(en.prose)}
+    assert targets <= {m.group(2) for m in LINK.finditer(zh.prose)}
+
+
+def test_the_chinese_readme_prose_is_mostly_chinese(zh):
+    letters = zh.letters_of_prose()
+    cjk = sum(map(is_cjk, letters))
+    assert cjk > len(letters) / 2, f"{cjk} of {len(letters)} letters of prose are CJK"
+
+
+def test_the_chinese_myths_section_answers_the_folklore_that_chinese_blogs_repeat(en, zh):
+    where = [heading for heading, _ in en.sections()].index("### Myths, corrected")
+    myths = zh.sections()[where][1]
+    for folklore in ("torch.backends.cudnn.enabled = False", "os.environ['PYTHONHASHSEED']",
+                     "model.cuda('cuda:1,2')", "CUDA_VISIBLE_DEVICES", "criterion.to(device)", "相同种子"):
+        assert folklore in myths, folklore
+
+
+def test_the_chinese_speed_section_gives_the_english_figures(en, zh):
+    """The last section's measurements (dates, versions, seconds, accuracies) are the English file's."""
+    figures = re.compile(r"\d+(?:[.\-]\d+)*")
+    english, chinese = (INLINE_CODE.sub(" ", readme.sections()[-1][1]) for readme in (en, zh))
+    assert figures.findall(english)
+    assert Counter(figures.findall(chinese)) == Counter(figures.findall(english))
