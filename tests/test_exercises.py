@@ -1,0 +1,213 @@
+"""The generated project's break-it exercises, checked as the template's mutation test.
+
+For each `exercises/NN-name/` of a freshly baked project: its `break.patch` applies; with it applied,
+the test that its README names on the `Caught by:` line fails (unless the README says
+`Caught on: GPU only`); `git apply -R` gives back the committed tree, on which that test passes.
+And the README's proof matrix names only tests and exercises that exist.
+
+Speed: the tests that the exercises name all run once on the unbroken project, in one pytest run
+(several share its training runs); then each patch gets one pytest run of its named test alone.
+A revert that gives back the committed tree byte for byte leaves the project on which that single
+run passed, so the named test passes again without a run of its own.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, TEMPLATE_DIR
+
+EXERCISES_DIR = TEMPLATE_DIR / "exercises"
+EXERCISES = sorted(path.name for path in EXERCISES_DIR.iterdir() if path.is_dir())
+TEST_ID = r"tests/test_\w+\.py::test_\w+"
+CAUGHT_BY = re.compile(rf"^Caught by: ({TEST_ID})$", re.MULTILINE)
+GPU_ONLY = "Caught on: GPU only"
+SLUG = "{{ cookiecutter.project_slug }}"
+# Options whose values show up in the generated files: a patch must apply whatever they are.
+OTHER_OPTIONS = {"project_name": "Other Name", "dataset": "digits", "determinism": "off", "seed": "0",
+                 "license": "none", "python_version": "3.11", "init_git": False, "exercises": True, "language": "zh"}
+PYTEST = (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider")
+# Each README exists once per language; a project gets the one of its language as README.md.
+EN, ZH = (f"{{% if cookiecutter.language == '{language}' %}}README.md{{% endif %}}" for language in ("en", "zh"))
+
+
+def readme(exercise: str, name: str = EN) -> str:
+    return (EXERCISES_DIR / exercise / name).read_text(encoding="utf-8")
+
+
+def caught_by(exercise: str) -> str:
+    """The test id on the README's `Caught by:` line (exactly one such line)."""
+    [test_id] = CAUGHT_BY.findall(readme(exercise))
+    return test_id
+
+
+def gpu_only(exercise: str) -> bool:
+    return GPU_ONLY in readme(exercise).splitlines()
+
+
+def git(path: Path, *args: str) -> subprocess.CompletedProcess:
+    """git in `path`, blind to GIT_* variables of the caller (a hook's GIT_DIR would redirect it)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    return subprocess.run(["git", *args], cwd=path, env=env, capture_output=True, text=True)
+
+
+def make_committed_repository(path: Path) -> None:
+    """The post-generation hook makes the project a repository, and commits when git knows who
+    commits; here it must be one with everything committed, whatever the machine's git settings."""
+    top = git(path, "rev-parse", "--show-toplevel")
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != path.resolve():
+        assert git(path, "init", "-q").returncode == 0
+    assert git(path, "add", "-A").returncode == 0
+    if git(path, "rev-parse", "--verify", "-q", "HEAD").returncode != 0 or git(path, "status", "--porcelain").stdout:
+        commit = git(path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--no-verify", "-m", "baked")
+        assert commit.returncode == 0, commit.stderr
+
+
+def unchanged(path: Path) -> bool:
+    """Whether the tracked files are exactly the committed ones."""
+    return git(path, "diff", "--quiet", "HEAD").returncode == 0
+
+
+def run_tests(path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*PYTEST, *args], cwd=path, capture_output=True, text=True, timeout=1800)
+
+
+def outcomes(junit_xml: Path) -> dict[str, set[str]]:
+    """test id (parameters dropped) -> the outcomes of its cases, from pytest's JUnit XML report."""
+    found: dict[str, set[str]] = {}
+    for case in ElementTree.parse(junit_xml).iter("testcase"):
+        module = case.get("classname").replace(".", "/")
+        test_id = f"{module}.py::{case.get('name').split('[')[0]}"
+        kinds = {child.tag for child in case}
+        outcome = "failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds else "passed"
+        found.setdefault(test_id, set()).add(outcome)
+    return found
+
+
+def defined_tests(project: Path) -> set[str]:
+    """Every test function the generated project defines, as tests/FILE.py::NAME."""
+    names = set()
+    for path in (project / "tests").glob("test_*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                names.add(f"tests/{path.name}::{node.name}")
+    return names
+
+
+@pytest.fixture(scope="module")
+def project(cookies_session) -> Path:
+    result = cookies_session.bake(extra_context={"exercises": True, "language": "en"}, template=str(ROOT))
+    assert result.exit_code == 0, result.exception
+    make_committed_repository(result.project_path)
+    return result.project_path
+
+
+@pytest.fixture(scope="module")
+def unbroken(project, tmp_path_factory) -> dict[str, set[str]]:
+    """Every named test, run once on the project as generated: test id -> outcomes."""
+    assert unchanged(project)
+    report = tmp_path_factory.mktemp("unbroken") / "report.xml"
+    named = sorted({caught_by(exercise) for exercise in EXERCISES})
+    result = run_tests(project, f"--junitxml={report}", *named)
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+    return outcomes(report)
+
+
+def test_there_are_exercises_and_each_has_two_readmes_one_caught_by_line_and_a_patch():
+    assert len(EXERCISES) >= 12
+    for exercise in EXERCISES:
+        assert re.fullmatch(r"\d\d-[a-z0-9-]+", exercise), exercise
+        chinese = readme(exercise, ZH)
+        # cookiecutter copies a file it takes for binary without rendering it, and binaryornot takes a
+        # UTF-8 file whose first 512 bytes end inside a Chinese character for binary: no template here.
+        assert "{{" not in chinese and "{%" not in chinese, f"{exercise}/README.zh.md"
+        assert CAUGHT_BY.findall(chinese) == [caught_by(exercise)], f"{exercise}: the Caught by lines differ"
+        assert (GPU_ONLY in chinese.splitlines()) == gpu_only(exercise), f"{exercise}: the GPU-only lines differ"
+        assert (EXERCISES_DIR / exercise / "break.patch").is_file(), exercise
+        for index in (EN, ZH):
+            assert f"]({exercise}/)" in (EXERCISES_DIR / index).read_text(encoding="utf-8"), (index, exercise)
+
+
+@pytest.mark.parametrize("exercise", EXERCISES)
+def test_a_patch_is_plain_text_but_the_package_name(exercise):
+    """A patch renders for any package name, and holds no other template syntax."""
+    text = (EXERCISES_DIR / exercise / "break.patch").read_text(encoding="utf-8")
+    rest = text.replace(SLUG, "")
+    for syntax in ("{{", "{%", "{#", "my_project"):
+        assert syntax not in rest, f"{exercise}/break.patch holds {syntax!r} outside {SLUG}"
+    files = re.findall(r"^diff --git a/(\S+) b/(\S+)$", text.replace(SLUG, "PKG"), re.MULTILINE)
+    assert files and all(a == b and a.startswith("src/PKG/") for a, b in files), files
+
+
+def test_the_baked_exercises_hold_no_template_syntax_and_patch_the_packages_files(project):
+    for path in (project / "exercises").rglob("*"):
+        if path.is_file():
+            text = path.read_text(encoding="utf-8")
+            assert "{{" not in text and "{%" not in text, path
+    for exercise in EXERCISES:
+        text = (project / "exercises" / exercise / "break.patch").read_text(encoding="utf-8")
+        assert f"--- a/src/{project.name}/" in text, exercise
+
+
+def test_every_patch_applies_to_a_project_baked_with_other_options(cookies_session):
+    result = cookies_session.bake(extra_context=OTHER_OPTIONS, template=str(ROOT))
+    assert result.exit_code == 0, result.exception
+    other = result.project_path
+    assert other.name == "other_name"
+    git(other, "init", "-q")  # so that git apply reads paths from here, whatever folder holds it
+    for exercise in EXERCISES:
+        check = git(other, "apply", "--check", f"exercises/{exercise}/break.patch")
+        assert check.returncode == 0, f"{exercise}: {check.stderr}"
+
+
+def test_every_test_and_exercise_the_proof_matrix_names_exists(project):
+    text = (project / "README.md").read_text(encoding="utf-8")
+    assert text.count("\n## Proof matrix\n") == 1
+    section = text.split("\n## Proof matrix\n", 1)[1].split("\n## ", 1)[0]
+    table = [line for line in section.splitlines() if line.startswith("|") and not set(line) <= set("|- ")]
+    rows = table[1:]  # without the header
+    assert len(rows) >= 18, table
+    defined, named_exercises = defined_tests(project), set()
+    for row in rows:
+        tests = re.findall(TEST_ID, row)
+        assert tests, f"a row names no test: {row}"
+        missing = [test for test in tests if test not in defined]
+        assert not missing, f"the proof matrix names tests that do not exist: {missing}"
+        named_exercises.update(re.findall(r"\(exercises/(\d\d-[a-z0-9-]+)/\)", row))
+    assert named_exercises == set(EXERCISES), named_exercises ^ set(EXERCISES)
+    assert all((project / "exercises" / name / "break.patch").is_file() for name in named_exercises)
+    missing = [caught_by(exercise) for exercise in EXERCISES if caught_by(exercise) not in defined]
+    assert not missing, f"exercises name tests that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("exercise", EXERCISES)
+def test_a_break_patch_makes_its_named_test_fail_and_comes_off_again(exercise, project, unbroken):
+    named, patch = caught_by(exercise), f"exercises/{exercise}/break.patch"
+    assert unchanged(project), "an earlier exercise left the project changed"
+    check = git(project, "apply", "--check", patch)
+    assert check.returncode == 0, check.stderr
+    assert git(project, "apply", patch).returncode == 0
+    broken = None
+    try:
+        assert not unchanged(project), "the patch changed nothing"
+        if not gpu_only(exercise):
+            broken = run_tests(project, named)
+    finally:
+        revert = git(project, "apply", "-R", patch)
+    assert revert.returncode == 0 and unchanged(project), f"git apply -R did not give back the tree: {revert.stderr}"
+    if broken is not None:
+        assert broken.returncode == 1 and re.search(r"\d+ (failed|errors?)\b", broken.stdout), (
+            f"{named} did not fail with {patch} applied (exit status {broken.returncode}):\n{broken.stdout[-3000:]}")
+    # The tree is the committed one again, on which the named test passed (skipped: GPU-only, no GPU here).
+    allowed = {"passed", "skipped"} if gpu_only(exercise) else {"passed"}
+    assert unbroken.get(named) and unbroken[named] <= allowed, f"{named} on the unbroken project: {unbroken.get(named)}"
+    if broken is None:
+        pytest.skip(f"{exercise}: the patch applies and comes off cleanly, but {named} is not run with it: its "
+                    f"README says '{GPU_ONLY}' (what it breaks, a CPU does not run)")
