@@ -1,6 +1,6 @@
 """Specifications of exact resume: a run killed at any step, resumed, equals the run never stopped.
 
-The reference is runs["seed7"] (2 epochs of 25 steps, a checkpoint every 4 steps). Each
+The reference is runs["seed7"] (2 epochs, 25 steps each on the synthetic data, a checkpoint every 4 steps). Each
 interrupted run (INTERRUPTIONS) is the same command, stopped as soon as a chosen
 checkpoint is on disk, then resumed with --resume in a fresh process.
 """

@@ -74,12 +74,12 @@ def test_verify_names_the_step_where_a_tampered_run_diverges(tools_ran):
 
 
 def test_verify_never_claims_steps_that_the_run_does_not_have(runs, capsys):
-    run = runs["seed7_threads2"]  # 25 steps
+    run = runs["seed7_threads2"]  # one epoch
     with pytest.raises(SystemExit) as exit_info:
         verify.main([str(run.path), "--steps", "99999"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "--steps 99999" in err and "25 steps" in err and "REPRODUCED" not in err
+    assert "--steps 99999" in err and f"has only {run.summary['steps']} steps" in err and "REPRODUCED" not in err
 
 
 def test_compare_says_identical_only_when_nothing_that_matters_differs(runs, tmp_path, capsys):
