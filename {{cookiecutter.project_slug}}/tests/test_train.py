@@ -55,8 +55,14 @@ def test_the_last_metrics_row_holds_the_summarys_figures_exactly(runs):
 
 
 def test_environment_json_records_the_float32_precision_in_effect(runs):
-    flags = runs["seed7"].environment["determinism"]
-    assert flags["float32_precision"]["conv"] == "ieee" and flags["tf32_allowed"] is False
+    from {{ cookiecutter.project_slug }}.utils.repro import PYTORCH_DEFAULT_FLOAT32
+
+    run = runs["seed7"]
+    flags = run.environment["determinism"]
+    if run.config["deterministic"] == "off":  # PyTorch's defaults, TF32 for cuDNN convolutions included
+        assert flags["float32_precision"] == PYTORCH_DEFAULT_FLOAT32 and flags["tf32_allowed"] is True
+    else:  # strict and warn: full float32, no TF32
+        assert flags["float32_precision"]["conv"] == "ieee" and flags["tf32_allowed"] is False
 
 
 def test_the_run_records_the_device_it_used_not_only_auto(runs):
