@@ -7,6 +7,8 @@ on disk, never for "long enough", and its time limits only stop a run that hangs
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 import signal
 import subprocess
@@ -19,15 +21,29 @@ from pathlib import Path
 
 import pytest
 
-from {{ cookiecutter.project_slug }}.runs import Run, read_run
-from {{ cookiecutter.project_slug }}.utils.repro import configure_determinism
+from {{ cookiecutter.project_slug }}.engine.repro import configure_determinism
+from {{ cookiecutter.project_slug }}.engine.runs import Run, read_run
 
 PACKAGE = "{{ cookiecutter.project_slug }}"
 SRC = Path(__file__).resolve().parents[1] / "src"
-# Short runs keep the suite fast; two epochs still cover shuffling across epochs and evaluation.
-# Checkpointing every 4 steps changes no result, and gives the resume tests checkpoints to use.
-FAST = ("--epochs", "2", "--device", "cpu", "--checkpoint-every", "4")
+# Short runs keep the suite fast whatever the task: --max-samples and --batch-size are the suite's
+# own, not task.py's or config.py's defaults. Two epochs still cover shuffling across epochs and
+# evaluation; checkpointing every 4 steps changes no result, and gives the resume tests checkpoints.
+SAMPLES, BATCH = 128, 16
+FAST = ("--epochs", "2", "--device", "cpu", "--checkpoint-every", "4", "--max-samples", str(SAMPLES),
+        "--batch-size", str(BATCH))
 HANG = 900  # seconds after which a run counts as hung (a 2-epoch run takes a few seconds)
+
+
+@functools.cache
+def steps_per_epoch() -> int:
+    """Optimizer steps in one epoch of a FAST run of this project's task (a test picks its steps from
+    it, never from a constant that holds for one dataset only)."""
+    from {{ cookiecutter.project_slug }} import task
+    from {{ cookiecutter.project_slug }}.config import Config
+
+    train_set, _ = task.make_datasets(Config())
+    return math.ceil(min(len(train_set), SAMPLES) / BATCH)
 
 
 @contextmanager
@@ -116,37 +132,43 @@ def wait_until(condition, process: Process, what: str) -> None:
         time.sleep(0.02)
 
 
-# The real training code, held at a chosen step: after writing that step's metrics row (and
-# putting it on disk), it writes a marker file and waits in signal.pause() for the test's signal.
-# So the signal arrives at the step the test chose, however fast or loaded the machine is.
+# The real training code, held at a chosen step: once that step's sums are handed to the metrics
+# rows, it writes a marker file and waits in signal.pause() for the test's signal. So the signal
+# arrives at the step the test chose, however fast or loaded the machine is. The harness helps the
+# run in no other way: it flushes nothing, so rows that a run has not put on disk are lost to a kill,
+# as they would be to a real one. PRELUDE is code to run first (a test's own task, say).
 HELD_AT_STEP = """
 import os, signal, sys
 from pathlib import Path
-from {package}.runs import MetricsLog
+{prelude}
+from {package}.engine.loop import StepRows
 from {package}.train import main
 
-step, marker, write = int(sys.argv[1]), Path(sys.argv[2]), MetricsLog.write
+step, marker, add = int(sys.argv[1]), Path(sys.argv[2]), StepRows.add
 if "RANK" in os.environ:  # under torchrun, one marker per rank
     marker = marker.with_name(marker.name + "." + os.environ["RANK"])
 
-def write_then_hold(log, epoch, at_step, split, loss, accuracy):
-    write(log, epoch, at_step, split, loss, accuracy)
-    if split == "train" and at_step == step:
-        log.sync()
+def add_then_hold(rows, epoch, at_step, sums):
+    add(rows, epoch, at_step, sums)
+    if at_step == step:
         marker.write_text(str(os.getpid()))
         signal.pause()  # returns after a signal handler ran (SIGTERM); SIGKILL ends the process here
 
-MetricsLog.write = write_then_hold
+StepRows.add = add_then_hold
 sys.exit(main(sys.argv[3:]))
 """
 
 
-def start_held_at(step: int, run: Path, *args: str, hash_seed: str) -> tuple[Process, Path]:
+def held_at_step_code(prelude: str = "") -> str:
+    return HELD_AT_STEP.format(package=PACKAGE, prelude=prelude)
+
+
+def start_held_at(step: int, run: Path, *args: str, hash_seed: str, prelude: str = "") -> tuple[Process, Path]:
     """`train ARGS` (which must include --out run), held after step `step`; returns the process and
     the marker file that appears once it is held. Started with -c, so the package does not
     relaunch itself: pass the hash seed it would set."""
     marker = run.parent / f"{run.name}.held"
-    process = start([sys.executable, "-c", HELD_AT_STEP.format(package=PACKAGE), str(step), str(marker), *args],
+    process = start([sys.executable, "-c", held_at_step_code(prelude), str(step), str(marker), *args],
                     run.parent / f"{run.name}-stopped.log", env=python_env(PYTHONHASHSEED=hash_seed))
     return process, marker
 
@@ -197,8 +219,9 @@ def value_of(result, request: pytest.FixtureRequest):
 RUNS = {
     "seed7": (("--seed", "7"), {"PYTHONHASHSEED": None}),
     "seed7_again": (("--seed", "7"), {"PYTHONHASHSEED": "123"}),
-    # Three invariances in one run, to keep the suite fast: a mismatch would fail the test of each.
-    "seed7_workers3_eval_never": (("--seed", "7", "--num-workers", "3", "--eval-every", "0", "--tensorboard"), {}),
+    # Four invariances in one run, to keep the suite fast: a mismatch would fail the test of each.
+    "seed7_workers3_eval_never": (("--seed", "7", "--num-workers", "3", "--eval-every", "0", "--tensorboard",
+                                   "--log-every", "1"), {}),
     "seed7_workers2_persistent": (("--seed", "7", "--num-workers", "2", "--persistent-workers",
                                    "--prefetch-factor", "4"), {}),
     "seed7_threads2": (("--seed", "7", "--epochs", "1", "--threads", "2"), {}),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from {{ cookiecutter.project_slug }}.checkpoint import atomic_write, atomic_write_text, load_latest_checkpoint
+from {{ cookiecutter.project_slug }}.engine.checkpoint import load_latest_checkpoint
+from {{ cookiecutter.project_slug }}.engine.files import atomic_write, atomic_write_text
 
 
 class DiskFull(OSError):

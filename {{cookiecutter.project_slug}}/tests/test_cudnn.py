@@ -18,25 +18,28 @@ import torch
 
 from conftest import PACKAGE, python_env
 
-# Run in each fresh process: the model's convolutions, forward, on several shapes (each shape is a
-# choice of its own), hashed. Only deterministic algorithms are allowed, whatever the mode, so that
-# a difference between processes can come only from which algorithm was chosen.
+# Run in each fresh process: the task's model, forward, at several widths and batch sizes (each
+# shape is a choice of its own), hashed. Only deterministic algorithms are allowed, whatever the
+# mode, so that a difference between processes can come only from which algorithm was chosen.
 CONVOLUTIONS = """
 import hashlib, sys
 import torch
-from {package}.model import Net
-from {package}.utils.repro import configure_determinism, seed_everything
+from {package} import task
+from {package}.config import Config
+from {package}.engine.repro import configure_determinism, seed_everything
 
 configure_determinism(sys.argv[1])  # the mode under test sets torch.backends.cudnn.benchmark
 torch.backends.cudnn.deterministic = True
-seed_everything(11)
 device = torch.device(sys.argv[2])
+train_set, _ = task.make_datasets(Config())
 digest = hashlib.sha256()
 with torch.no_grad():
     for width in (4, 8, 16, 32, 64):
-        features = Net(width=width).features.to(device).eval()
+        seed_everything(11)
+        model = task.make_model(Config(width=width), train_set).to(device).eval()
         for batch in (1, 16, 256):
-            digest.update(features(torch.rand(batch, 1, 8, 8, device=device)).cpu().numpy().tobytes())
+            inputs = torch.stack([torch.as_tensor(train_set[i % len(train_set)][0]) for i in range(batch)])
+            digest.update(model(inputs.to(device)).float().cpu().numpy().tobytes())
 print(digest.hexdigest())
 """
 PROCESSES = 3

@@ -12,7 +12,18 @@ import sys
 
 import pytest
 
-from conftest import FAST, HELD_AT_STEP, PACKAGE, once, python_env, read_run, start, value_of, wait_until
+from conftest import (
+    FAST,
+    PACKAGE,
+    held_at_step_code,
+    once,
+    python_env,
+    read_run,
+    start,
+    steps_per_epoch,
+    value_of,
+    wait_until,
+)
 
 pytestmark = pytest.mark.distributed
 
@@ -63,7 +74,7 @@ def test_only_rank_0_writes_and_prints(ddp_runs):
         ["checkpoints", "config.json", "environment.json", "metrics.csv", "model.pt", "summary.json"])
     assert stdout.count("weights_sha256") == 1  # one summary line, not one per rank
     lines = (run.path / "metrics.csv").read_text().splitlines()
-    assert lines[0] == "epoch,step,split,loss,accuracy" and lines.count(lines[0]) == 1
+    assert lines[0] == ",".join(["epoch", "step", "split", *run.metric_names]) and lines.count(lines[0]) == 1
     steps = [int(line.split(",")[1]) for line in lines[1:] if ",train," in line]
     assert steps == list(range(1, len(steps) + 1))  # one row per step, in order, none interleaved
 
@@ -91,21 +102,22 @@ def two_nodes(root, name: str, program: list[str], *flags: str, env=None) -> lis
 
 
 def two_node_runs(root):
-    """A two-node run; and one held at step 10 on both nodes, SIGTERMed there (as a preempting
+    """A two-node run; and one held mid-epoch on both nodes, SIGTERMed there (as a preempting
     scheduler does), then launched again with --resume."""
+    step = steps_per_epoch() - 2
     script = root / "held_train.py"
-    script.write_text(HELD_AT_STEP.format(package=PACKAGE))
+    script.write_text(held_at_step_code())
     whole = two_nodes(root, "two_nodes", ["-m", f"{PACKAGE}.train"])
     marker = root / "held"
-    held = two_nodes(root, "interrupted", [str(script), "10", str(marker)], env=python_env(PYTHONHASHSEED="7"))
+    held = two_nodes(root, "interrupted", [str(script), str(step), str(marker)], env=python_env(PYTHONHASHSEED="7"))
     for rank in (0, 1):
-        wait_until(marker.with_name(f"held.{rank}").exists, held[rank], f"rank {rank} reaching step 10")
+        wait_until(marker.with_name(f"held.{rank}").exists, held[rank], f"rank {rank} reaching step {step}")
     for rank in (0, 1):  # the training processes themselves; torchrun then ends with their failure
         os.kill(int(marker.with_name(f"held.{rank}").read_text()), signal.SIGTERM)
     for agent in held:
         assert agent.wait() != 0
-    # Both ranks agreed to stop after step 10 and wrote its checkpoint before leaving.
-    assert (root / "interrupted" / "checkpoints" / "step-00000010.pt").exists()
+    # Both ranks agreed to stop after that step and wrote its checkpoint before leaving.
+    assert (root / "interrupted" / "checkpoints" / f"step-{step:08d}.pt").exists()
     resumed = two_nodes(root, "interrupted", ["-m", f"{PACKAGE}.train"], "--resume")
     for name, agent in (("two_nodes", whole[0]), ("two_nodes", whole[1]), ("interrupted", resumed[0]),
                         ("interrupted", resumed[1])):

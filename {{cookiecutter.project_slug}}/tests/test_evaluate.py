@@ -1,101 +1,123 @@
-"""Specifications of evaluation: it observes the model and changes nothing."""
+"""Specifications of evaluation: it observes the model and changes nothing, for this project's task."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
-from {{ cookiecutter.project_slug }}.data import make_datasets
-from {{ cookiecutter.project_slug }}.model import make_model
-from {{ cookiecutter.project_slug }}.train import evaluate
-from {{ cookiecutter.project_slug }}.utils.loader import make_loader
+from {{ cookiecutter.project_slug }}.engine.checkpoint import TrainingState
+from {{ cookiecutter.project_slug }}.engine.loop import evaluate, training_steps
+from {{ cookiecutter.project_slug }}.engine.optim import make_optimizer
+from {{ cookiecutter.project_slug }}.train import first, make_loaders
 
-SEED = 5
+from conftest import BATCH, SAMPLES
+
+CPU = torch.device("cpu")
+CONFIG = Config(seed=5, device="cpu", batch_size=BATCH, max_samples=SAMPLES)
+
+
+def state_for(model: torch.nn.Module, lr: float = 0.05) -> TrainingState:
+    optimizer, scheduler = make_optimizer(model, Config(lr=lr, schedule="constant"), steps=1000)
+    return TrainingState(model, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False))
 
 
 @pytest.fixture(scope="module")
 def trained():
-    """A model trained a few steps (shared: evaluate must leave it unchanged, which the tests check)."""
-    torch.manual_seed(SEED)
-    config = Config(seed=SEED)
-    train_set, val_set = make_datasets(config)
-    train_images, train_labels = train_set.images, train_set.labels
-    model = make_model(config)
-    # A few training steps give BatchNorm running statistics that differ from their defaults,
-    # so an evaluation that updated them would be caught.
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    model.train()
-    for start in range(0, 256, 64):
-        images, labels = train_images[start : start + 64], train_labels[start : start + 64]
-        loss = torch.nn.functional.cross_entropy(model(images), labels)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    loader = make_loader(val_set, batch_size=64, seed=SEED, train=False)
-    return model, loader
+    """A model trained a few steps with the real loop (shared: evaluate must leave it unchanged,
+    which the tests check). Training moves BatchNorm's running statistics, if the model has any,
+    away from their defaults, so an evaluation that updated them would be caught."""
+    torch.manual_seed(CONFIG.seed)
+    train_set, val_set = task.make_datasets(CONFIG)
+    model = task.make_model(CONFIG, train_set)
+    train_loader, val_loader = make_loaders(first(train_set, SAMPLES), first(val_set, SAMPLES), CONFIG)
+    for _ in zip(range(4), training_steps(model, train_loader, state_for(model), CONFIG, task, CPU), strict=False):
+        pass
+    return model, val_loader, train_loader
 
 
 @pytest.fixture
 def trained_model_and_loader(trained):
-    model, loader = trained
+    model, loader, _ = trained
     model.train()
     return model, loader
 
 
-def test_evaluate_changes_no_parameter_and_no_batchnorm_statistic(trained_model_and_loader):
+def test_evaluate_changes_no_parameter_and_no_buffer(trained_model_and_loader):
     model, loader = trained_model_and_loader
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    evaluate(model, loader, torch.device("cpu"))
+    evaluate(model, loader, task, CPU)
     after = model.state_dict()
     assert all(torch.equal(before[name], after[name]) for name in before)
-    assert any("running_mean" in name for name in before)
+
+
+@pytest.mark.skipif(not hasattr(task, "Net"), reason="about the example's model (BatchNorm), which task.py replaced")
+def test_example_model_the_batchnorm_statistics_that_evaluation_must_not_move_exist(trained_model_and_loader):
+    """The control of the test above: the example's model has statistics that train mode moves."""
+    model, _ = trained_model_and_loader
+    assert any("running_mean" in name for name in model.state_dict())
 
 
 def test_two_evaluations_give_identical_results(trained_model_and_loader):
     model, loader = trained_model_and_loader
-    assert evaluate(model, loader, torch.device("cpu")) == evaluate(model, loader, torch.device("cpu"))
+    assert evaluate(model, loader, task, CPU) == evaluate(model, loader, task, CPU)
+
+
+def test_evaluation_returns_every_figure_of_the_task_as_a_float(trained_model_and_loader):
+    model, loader = trained_model_and_loader
+    figures = evaluate(model, loader, task, CPU)
+    assert "loss" in figures and task.HEADLINE_METRIC in figures
+    assert all(type(value) is float for value in figures.values())
+
+
+def test_evaluation_averages_over_the_whole_split_not_over_batches(trained_model_and_loader):
+    """The sums are added up before the task divides: the figures do not depend on how the split
+    is cut into batches (to rounding: float sums in another order)."""
+    model, loader = trained_model_and_loader
+    _, other_loader = make_loaders(*(first(s, SAMPLES) for s in task.make_datasets(CONFIG)),
+                                   Config(**{**CONFIG.to_dict(), "val_batch_size": 7}))
+    whole, in_sevens = evaluate(model, loader, task, CPU), evaluate(model, other_loader, task, CPU)
+    assert whole == pytest.approx(in_sevens, rel=1e-5)
 
 
 def test_dropout_is_inactive_during_evaluation(trained_model_and_loader):
     model, loader = trained_model_and_loader
+    dropouts = [m for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+    if not dropouts:
+        pytest.skip("this project's model has no dropout")
     seen = []
-    dropout = next(m for m in model.modules() if isinstance(m, torch.nn.Dropout))
-    hook = dropout.register_forward_hook(lambda module, inputs, output: seen.append(
-        (module.training, torch.equal(inputs[0], output))))
-    evaluate(model, loader, torch.device("cpu"))
-    hook.remove()
+    hooks = [d.register_forward_hook(lambda module, inputs, output: seen.append(
+        (module.training, torch.equal(inputs[0], output)))) for d in dropouts]
+    evaluate(model, loader, task, CPU)
+    for hook in hooks:
+        hook.remove()
     assert seen and all(not training and unchanged for training, unchanged in seen)
 
 
 def test_evaluation_restores_the_mode_it_found(trained_model_and_loader):
     model, loader = trained_model_and_loader
     model.train()
-    evaluate(model, loader, torch.device("cpu"))
+    evaluate(model, loader, task, CPU)
     assert model.training and all(m.training for m in model.modules())
     model.eval()
-    evaluate(model, loader, torch.device("cpu"))
+    evaluate(model, loader, task, CPU)
     assert not model.training
 
 
-def test_evaluation_draws_no_random_number(trained_model_and_loader):
+def test_evaluation_figures_do_not_depend_on_the_random_generators_state(trained_model_and_loader):
+    """Nothing random in evaluation: the figures are the same whatever the generators hold."""
     model, loader = trained_model_and_loader
-    state = torch.get_rng_state()
-    evaluate(model, loader, torch.device("cpu"))
-    assert torch.equal(torch.get_rng_state(), state)
+    torch.manual_seed(1)
+    first = evaluate(model, loader, task, CPU)
+    torch.manual_seed(2)
+    assert evaluate(model, loader, task, CPU) == first
 
 
-def test_train_one_epoch_trains_in_train_mode_whatever_mode_it_found(trained_model_and_loader):
+def test_training_steps_train_in_train_mode_whatever_mode_they_found(trained):
     """Dropout on and BatchNorm statistics updating, even if the model was left in eval mode."""
-    from {{ cookiecutter.project_slug }}.checkpoint import TrainingState
-    from {{ cookiecutter.project_slug }}.runs import MetricsLog
-    from {{ cookiecutter.project_slug }}.train import train_one_epoch
-
-    model, val_loader = trained_model_and_loader
+    model, _, train_loader = trained
     model.eval()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # no weight change: only the mode shows
-    state = TrainingState(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0),
-                          torch.amp.GradScaler("cpu", enabled=False))
-    train_one_epoch(model, val_loader, state, MetricsLog(None, rows=0, writes=False), torch.device("cpu"),
-                    "fp32", stop_here=lambda: True)
-    assert model.training and state.step == 1
+    steps = training_steps(model, train_loader, state_for(model, lr=0.0), CONFIG, task, CPU)  # lr 0: the mode alone
+    next(steps)
+    assert model.training

@@ -1,14 +1,19 @@
-"""Specifications of the pictures: the numbers drawn are the ones in metrics.csv."""
+"""Specifications of the pictures: the numbers drawn are the ones in metrics.csv, and a study's
+band is the 95 % confidence interval that study.json records."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 
 import pytest
 
 from {{ cookiecutter.project_slug }} import plot
+from {{ cookiecutter.project_slug }}.engine.statistics import statistics_of
+
+pytest.importorskip("matplotlib", reason="the pictures need matplotlib (a dependency of the project)")
 
 
 def png_size(path) -> tuple[int, int]:
@@ -21,52 +26,101 @@ def test_a_picture_of_two_runs_is_a_png_of_plausible_size(runs, tmp_path, capsys
     out = tmp_path / "curves.png"
     assert plot.main([str(runs["seed7"].path), str(runs["seed8"].path), "--out", str(out)]) == 0
     width, height = png_size(out)
-    assert 600 <= width <= 3000 and 200 <= height <= 2000
+    assert 600 <= width <= 4000 and 200 <= height <= 3000
     assert f"wrote {out}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("suffix, magic", [(".pdf", b"%PDF"), (".svg", b"<?xml")])
+def test_pdf_and_svg_are_written_as_the_suffix_says(runs, tmp_path, suffix, magic):
+    out = tmp_path / f"curves{suffix}"
+    assert plot.main([str(runs["seed7"].path), "--out", str(out)]) == 0
+    assert out.read_bytes().startswith(magic)
 
 
 def test_the_data_handed_to_the_drawing_is_exactly_metrics_csv(runs, tmp_path, monkeypatch):
     drawn = {}
-    monkeypatch.setattr(plot, "draw", lambda runs_, studies, out: drawn.update(runs_))
+    monkeypatch.setattr(plot, "draw", lambda series, out, **options: drawn.update(series))
     run = runs["seed7"]
     plot.main([str(run.path), "--out", str(tmp_path / "x.png")])
     series = drawn[str(run.path)]
     train = [row for row in run.metrics if row["split"] == "train"]
     assert series["steps"] == [int(row["step"]) for row in train]
     assert series["loss"] == [float(row["loss"]) for row in train]  # unrounded
-    assert series["val_accuracy"] == [float(row["accuracy"]) for row in run.metrics if row["split"] == "val"]
+    for name in run.metric_names:  # every figure the task has
+        assert series["val"][name] == [float(row[name]) for row in run.metrics if row["split"] == "val"]
 
 
-def fake_study(runs, folder):
-    """A study folder made of two finished runs (what study.py writes, without training)."""
+def fake_study(runs, folder, seeds=(7, 8)):
+    """A study folder made of finished runs (what study.py writes, without training)."""
     folder.mkdir()
-    for seed in (7, 8):
+    for seed in seeds:
         shutil.copytree(runs[f"seed{seed}"].path, folder / f"seed-{seed}")
-    (folder / "study.json").write_text(json.dumps({"seeds": [7, 8]}))
+    (folder / "study.json").write_text(json.dumps({"seeds": list(seeds)}))
     return folder
 
 
-def test_a_study_is_drawn_as_its_mean_with_a_min_max_band(runs, tmp_path, monkeypatch):
-    folder = fake_study(runs, tmp_path / "study")
-    drawn = {}
-    monkeypatch.setattr(plot, "draw", lambda runs_, studies, out: drawn.update(studies))
-    plot.main([str(folder), "--out", str(tmp_path / "x.png")])
-    loss = drawn[str(folder)]["loss"]
+def test_a_study_is_drawn_as_its_mean_with_the_95_percent_interval_of_the_mean(runs, tmp_path):
+    series = plot.study_series(fake_study(runs, tmp_path / "study"))
     first = [float(r["loss"]) for r in runs["seed7"].metrics if r["split"] == "train"]
     second = [float(r["loss"]) for r in runs["seed8"].metrics if r["split"] == "train"]
-    assert loss["mean"] == [(a + b) / 2 for a, b in zip(first, second, strict=True)]
-    assert loss["min"] == [min(a, b) for a, b in zip(first, second, strict=True)]
-    assert loss["max"] == [max(a, b) for a, b in zip(first, second, strict=True)]
+    stats = [statistics_of([a, b]) for a, b in zip(first, second, strict=True)]
+    assert series["seeds"] == 2
+    assert series["loss"] == [s["mean"] for s in stats]
+    assert series["bands"]["loss"] == ([s["ci95"][0] for s in stats], [s["ci95"][1] for s in stats])
 
 
-def test_a_study_picture_is_a_png(runs, tmp_path):
-    folder = fake_study(runs, tmp_path / "study")
-    assert plot.main([str(folder), "--out", str(tmp_path / "study.png")]) == 0
-    assert png_size(tmp_path / "study.png")[0] >= 600
+def texts(figure) -> dict:
+    panels = [axes for axes in figure.axes if axes.get_visible()]
+    legend = panels[0].get_legend()
+    return {"ylabels": [axes.get_ylabel() for axes in panels], "xlabels": {axes.get_xlabel() for axes in panels},
+            "legend": [text.get_text() for text in legend.get_texts()] if legend else [],
+            "title": figure._suptitle.get_text() if figure._suptitle else None,
+            "bands": sum(len(axes.collections) for axes in panels)}
 
 
-def test_a_path_that_holds_no_run_gets_one_line_and_exit_2(tmp_path, capsys):
+def test_a_study_picture_has_labels_a_title_the_seed_count_a_band_per_panel_and_every_figure(runs, tmp_path):
+    series = {"lr 0.05": plot.study_series(fake_study(runs, tmp_path / "study")),
+              "one run": plot.run_series(runs["seed7"])}
+    shown = texts(plot.figure_of(series, title="Learning rate", smooth=3, x="epochs"))
+    assert shown["title"] == "Learning rate"
+    assert shown["legend"] == ["lr 0.05 (mean of 2 seeds, 95% CI)", "one run"]
+    assert shown["ylabels"] == ["training loss (mean of 3 steps)",
+                                *(f"validation {name}" for name in runs["seed7"].metric_names)]
+    assert shown["xlabels"] == {"epoch"}
+    assert shown["bands"] == 1 + len(runs["seed7"].metric_names)  # the study's, in every panel
+
+
+def test_label_and_title_flags_reach_the_picture(runs, tmp_path, monkeypatch):
+    options = {}
+    monkeypatch.setattr(plot, "draw", lambda series, out, **kwargs: options.update(kwargs, labels=list(series)))
+    plot.main([str(runs["seed7"].path), str(runs["seed8"].path), "--label", "A", "--label", "B", "--title", "T",
+               "--smooth", "4", "--x", "epochs", "--out", str(tmp_path / "x.png")])
+    assert options == {"labels": ["A", "B"], "title": "T", "smooth": 4, "x": "epochs"}
+
+
+def test_smoothing_is_a_trailing_mean():
+    assert plot.trailing_mean([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
+    assert plot.trailing_mean([1.0, 3.0], 1) == [1.0, 3.0]
+
+
+def refused(argv, capsys) -> str:
     with pytest.raises(SystemExit) as exit_info:
-        plot.main([str(tmp_path / "missing"), "--out", str(tmp_path / "x.png")])
+        plot.main(argv)
     assert exit_info.value.code == 2
-    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in lines[0]
+    return lines[0]
+
+
+def test_bad_paths_and_places_get_one_line_and_exit_2(runs, tmp_path, capsys):
+    run = str(runs["seed7"].path)
+    assert "does not exist" in refused([str(tmp_path / "missing"), "--out", str(tmp_path / "x.png")], capsys)
+    assert "does not exist" in refused([run, "--out", str(tmp_path / "no" / "x.png")], capsys)
+    assert "choose one of .png, .pdf, .svg" in refused([run, "--out", str(tmp_path / "x.jpg")], capsys)
+    assert "is a folder" in refused([run, "--out", str(tmp_path)], capsys)
+    assert "--label given 1 times for 2 paths" in refused([run, run, "--label", "A", "--out", "x.png"], capsys)
+    assert "cannot write" in refused([run, "--out", "/proc/curves.png"], capsys)  # a place that holds no files
+    if os.geteuid() != 0:  # root writes anywhere else
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        assert "cannot write in" in refused([run, "--out", str(locked / "x.png")], capsys)

@@ -15,7 +15,7 @@ import torch
 
 from {{ cookiecutter.project_slug }}.train import main
 
-from conftest import FAST, once, read_run, start_held_at, start_module, value_of, wait_until
+from conftest import FAST, once, read_run, start_held_at, start_module, steps_per_epoch, value_of, wait_until
 
 ARGS = (*FAST, "--seed", "7")
 PLAIN = {  # uninterrupted runs: name -> extra flags
@@ -26,7 +26,7 @@ PLAIN = {  # uninterrupted runs: name -> extra flags
     "compiled": ("--compile",),
     "compiled_again": ("--compile",),
 }
-KILLED = {  # killed with SIGKILL (with its process group) after step 10, then resumed
+KILLED = {  # killed with SIGKILL (with its process group) mid-epoch, then resumed
     "fp16_killed": ("--precision", "fp16"),
     "compiled_killed": ("--compile",),
 }
@@ -35,10 +35,11 @@ KILLED = {  # killed with SIGKILL (with its process group) after step 10, then r
 def precision_runs(root):
     processes = {name: start_module("train", "--out", str(root / name), *ARGS, *extra, log=root / f"{name}.log")
                  for name, extra in PLAIN.items()}
-    held = {name: start_held_at(10, root / name, "--out", str(root / name), *ARGS, *extra, hash_seed="7")
+    held = {name: start_held_at(steps_per_epoch() - 2, root / name, "--out", str(root / name), *ARGS, *extra,
+                                hash_seed="7")
             for name, extra in KILLED.items()}
     for name, (process, marker) in held.items():
-        wait_until(marker.exists, process, "reaching step 10")
+        wait_until(marker.exists, process, "reaching its step")
         process.kill_group(signal.SIGKILL)
         assert process.wait() == -signal.SIGKILL
         processes[name] = start_module("train", "--out", str(root / name), "--resume", log=root / f"{name}-resumed.log")

@@ -9,18 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from {{ cookiecutter.project_slug }}.model import Net
-from {{ cookiecutter.project_slug }}.utils.repro import (
-    CUBLAS_WORKSPACE_CONFIG,
+from {{ cookiecutter.project_slug }}.engine.repro import (
     MAX_SEED,
     PYTORCH_DEFAULT_FLOAT32,
-    capture_rng_state,
     configure_determinism,
     determinism_flags,
     explain_nondeterministic_error,
     float32_precision,
-    restore_rng_state,
+    keyed_seed,
     seed_everything,
+    seed_global_generators,
     state_dict_sha256,
     tf32_allowed,
 )
@@ -62,7 +60,7 @@ def test_strict_turns_on_every_deterministic_setting():
     assert flags["deterministic_algorithms"] and not flags["deterministic_warn_only"]
     assert flags["cudnn_deterministic"] and not flags["cudnn_benchmark"]
     assert flags["fill_uninitialized_memory"]
-    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == CUBLAS_WORKSPACE_CONFIG
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"  # one of the two values NVIDIA documents
     # cuDNN stays on: deterministic algorithms make switching it off unnecessary, and slow.
     assert flags["cudnn_enabled"]
 
@@ -143,19 +141,27 @@ def test_strict_after_cuda_initialised_without_the_cublas_variable_is_refused(mo
 
 def test_strict_after_cuda_initialised_with_the_variable_already_set_is_fine(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE_CONFIG)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     configure_determinism("strict")
     assert torch.are_deterministic_algorithms_enabled()
 
 
-def test_restoring_a_captured_rng_state_repeats_every_generators_draws():
-    seed_everything(3)
-    draws()
-    state = capture_rng_state()
+def test_seeding_the_global_generators_from_a_key_makes_every_generators_draws_repeat():
+    """What the loop does before each micro-batch, and the loader before each sample."""
+    seed_global_generators(keyed_seed(12345, 3, 1))
     expected = draws()
     seed_everything(4)  # move every generator elsewhere
-    restore_rng_state(state)
+    seed_global_generators(keyed_seed(12345, 3, 1))
     assert draws() == expected
+    seed_global_generators(keyed_seed(12345, 3, 2))
+    assert draws() != expected
+
+
+def test_keys_that_a_careless_mix_would_collide_get_distinct_seeds():
+    """(high, low) and (low, high), neighbours, and sums that seed + epoch + index would merge."""
+    keys = [(high, low) for high in range(40) for low in range(40)] + [(1, 2**32 - 1), (2**32 - 1, 1)]
+    assert len({keyed_seed(7, high, low) for high, low in keys}) == len(keys)
+    assert keyed_seed(7, 1, 2) != keyed_seed(8, 1, 2)  # another base
 
 
 def test_weights_hash_sees_one_bit_a_name_and_a_dtype():
@@ -170,13 +176,18 @@ def test_weights_hash_sees_one_bit_a_name_and_a_dtype():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: runs on GPU machines only")
 def test_on_cuda_strict_gives_bitwise_identical_gradients_twice():
+    from {{ cookiecutter.project_slug }} import task
+    from {{ cookiecutter.project_slug }}.config import Config
+
     configure_determinism("strict")
+    train_set, _ = task.make_datasets(Config())
+    inputs, targets = (torch.stack([torch.as_tensor(part) for part in parts]).cuda()
+                       for parts in zip(*(train_set[i] for i in range(64)), strict=True))
 
     def gradients() -> str:
         seed_everything(11)
-        model = Net().cuda()
-        images, labels = torch.rand(64, 1, 8, 8, device="cuda"), torch.randint(0, 10, (64,), device="cuda")
-        torch.nn.functional.cross_entropy(model(images), labels).backward()
+        model = task.make_model(Config(), train_set).cuda()
+        task.metrics_from_sums(task.batch_sums(model(inputs), targets))["loss"].backward()
         return state_dict_sha256({name: p.grad for name, p in model.named_parameters()})
 
     assert gradients() == gradients()

@@ -1,8 +1,8 @@
 """Specifications of exact resume: a run killed at any step, resumed, equals the run never stopped.
 
-The reference is runs["seed7"] (2 epochs, 25 steps each on the synthetic data, a checkpoint every 4 steps). Each
-interrupted run (INTERRUPTIONS) is the same command, stopped as soon as a chosen
-checkpoint is on disk, then resumed with --resume in a fresh process.
+The reference is runs["seed7"] (2 FAST epochs of this project's task, a checkpoint every 4 steps).
+Each interrupted run (interruptions()) is the same command, held at a chosen step and signalled
+there, then resumed with --resume in a fresh process.
 """
 
 from __future__ import annotations
@@ -16,18 +16,23 @@ import pytest
 
 from {{ cookiecutter.project_slug }}.train import main
 
-from conftest import FAST, read_run, start_held_at, start_module, value_of, wait_until
+from conftest import FAST, read_run, start_held_at, start_module, steps_per_epoch, value_of, wait_until
 
 ARGS = (*FAST, "--seed", "7")
+INTERRUPTIONS = ("sigkill_workers2", "sigterm")
 
-# Runs stopped in the middle, then resumed: (the step at which the run is held and signalled,
-# the signal, extra flags). With a checkpoint every 4 steps, a kill at step 10 loses steps 9 and
-# 10: the resumed run must cut their rows from metrics.csv and train them again. SIGKILL goes to
-# the whole process group, loader workers too, as a scheduler's kill does.
-INTERRUPTIONS = {
-    "sigkill_workers2": (10, signal.SIGKILL, ("--num-workers", "2")),  # mid-epoch, with workers
-    "sigterm": (30, signal.SIGTERM, ()),  # mid-way through the second epoch: checkpoints, exits 143
-}
+
+def interruptions() -> dict:
+    """Runs stopped in the middle, then resumed: (the step at which the run is held and signalled,
+    the signal, extra flags). With a checkpoint every 4 steps, a kill two steps after one loses
+    those two: the resumed run must cut their rows from metrics.csv and train them again. SIGKILL
+    goes to the whole process group, loader workers too, as a scheduler's kill does."""
+    per_epoch = steps_per_epoch()
+    mid_second = per_epoch + per_epoch // 2 + (1 if (per_epoch + per_epoch // 2) % 4 == 0 else 0)
+    return {
+        "sigkill_workers2": (min(6, per_epoch - 1), signal.SIGKILL, ("--num-workers", "2")),  # mid-epoch, workers
+        "sigterm": (mid_second, signal.SIGTERM, ()),  # mid-way through the second epoch: checkpoints, exits 143
+    }
 
 def start_held(run: Path, step: int, extra: tuple[str, ...]):
     return start_held_at(step, run, "--out", str(run), *ARGS, *extra, hash_seed="7")
@@ -59,7 +64,7 @@ def interrupt_and_resume(root: Path, plans: dict) -> tuple[dict, dict]:
 def interrupted_or_failure(tmp_path_factory):
     from conftest import once
 
-    return once(lambda: interrupt_and_resume(tmp_path_factory.mktemp("interrupted"), INTERRUPTIONS))
+    return once(lambda: interrupt_and_resume(tmp_path_factory.mktemp("interrupted"), interruptions()))
 
 
 @pytest.fixture
@@ -88,9 +93,10 @@ def test_a_kill_at_any_instant_never_leaves_a_damaged_checkpoint(name, interrupt
 def test_sigterm_finishes_the_step_writes_a_checkpoint_and_says_how_to_resume(interrupted):
     stopped, _ = interrupted
     returncode, stderr = stopped["sigterm"]
+    step = interruptions()["sigterm"][0]
     assert returncode == 128 + signal.SIGTERM
     lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and "SIGTERM: stopped after step 30" in lines[0] and "--resume" in lines[0]
+    assert len(lines) == 1 and f"SIGTERM: stopped after step {step}, checkpoint " in lines[0] and "--resume" in lines[0]
     assert "Traceback" not in stderr
 
 
@@ -118,7 +124,7 @@ def test_every_checkpoint_loads_with_weights_only(interrupted):
     stopped_run, _ = interrupted[1]["sigterm"]
     for path in (stopped_run.path / "checkpoints").glob("step-*.pt"):
         state = torch.load(path, weights_only=True)
-        assert {"model", "optimizer", "scheduler", "rng", "epoch", "batch", "step", "config",
+        assert {"model", "optimizer", "scheduler", "epoch", "epoch_step", "step", "config",
                 "format_version"} <= state.keys()
 
 
@@ -137,7 +143,7 @@ def test_resume_with_other_settings_is_refused_listing_them(interrupted, tmp_pat
     copy = shutil.copytree(run.path, tmp_path / "copy")
     (copy / "summary.json").unlink()  # make it look interrupted again
     err = refused(["--out", str(copy), "--resume", "--seed", "8", "--batch-size", "32"], capsys)
-    assert "seed (recorded 7, given 8)" in err and "batch_size (recorded 64, given 32)" in err
+    assert "seed (recorded 7, given 8)" in err and "batch_size (recorded 16, given 32)" in err
 
 
 def test_resuming_in_another_environment_warns_and_names_what_changed(interrupted, tmp_path, capsys):

@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shutil
 import signal
 import sys
 
 import pytest
 
-from {{ cookiecutter.project_slug }} import compare, study
+from {{ cookiecutter.project_slug }} import compare, study, task
+from {{ cookiecutter.project_slug }}.engine.statistics import statistics_of
 
-from conftest import PACKAGE, once, read_run, start, value_of, wait_until
+from conftest import BATCH, PACKAGE, SAMPLES, once, read_run, start, value_of, wait_until
 
-FLAGS = ("--epochs", "1", "--device", "cpu", "--checkpoint-every", "4")
+FLAGS = ("--epochs", "1", "--device", "cpu", "--checkpoint-every", "4", "--max-samples", str(SAMPLES),
+         "--batch-size", str(BATCH))
+HEADLINE = f"val_{task.HEADLINE_METRIC}"
 
 
 @pytest.mark.parametrize("text, seeds", [("0,1,2", [0, 1, 2]), ("0-3", [0, 1, 2, 3]), ("5, 0-1 ,9", [5, 0, 1, 9])])
@@ -56,18 +61,28 @@ def test_another_result_setting_for_an_existing_study_is_refused(tmp_path, capsy
     folder.mkdir()
     shared = {k: v for k, v in study.Config().to_dict().items() if k != "seed"}
     (folder / "study.json").write_text(json.dumps({"config": shared, "seeds": [0], "runs": None}))
+    lr = study.Config().lr * 10
     with pytest.raises(SystemExit) as exit_info:
-        study.main(["--seeds", "0", "--out", str(folder), "--lr", "0.5"])
+        study.main(["--seeds", "0", "--out", str(folder), "--lr", str(lr)])
     assert exit_info.value.code == 2
-    assert "lr: 0.05 -> 0.5" in capsys.readouterr().err
+    assert f"lr: {study.Config().lr} -> {lr}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("out", ["/proc/study", "/sys/study"])
+def test_a_study_folder_that_cannot_be_written_gets_one_line_and_exit_2(out, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        study.main(["--seeds", "0", "--out", out])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--out {out}: cannot write there" in err[0]
 
 
 def test_the_confidence_interval_is_students_t():
-    stats = study.statistics_of([1.0, 2.0, 3.0, 4.0, 5.0])
+    stats = statistics_of([1.0, 2.0, 3.0, 4.0, 5.0])
     assert stats["mean"] == 3.0 and math.isclose(stats["std"], math.sqrt(2.5))
     half = 2.776 * math.sqrt(2.5) / math.sqrt(5)  # t(0.975, 4 degrees of freedom) = 2.776
     assert stats["ci95"] == pytest.approx([3.0 - half, 3.0 + half])
-    assert study.statistics_of([1.0])["ci95"] is None
+    assert statistics_of([1.0])["ci95"] is None
 
 
 def without_timings(study_json: dict) -> dict:
@@ -105,14 +120,37 @@ def test_a_study_writes_study_json_csv_png_and_prints_a_table(ran):
     root = ran["root"]
     summary = json.loads((root / "whole" / "study.json").read_text())
     assert summary["seeds"] == [0, 1, 2] and [row["seed"] for row in summary["runs"]] == [0, 1, 2]
-    accuracies = [row["val_accuracy"] for row in summary["runs"]]
-    assert summary["statistics"]["val_accuracy"] == study.statistics_of(accuracies)
+    assert summary["headline"] == HEADLINE
+    for name in (f"val_{name}" for name in read_run(root / "whole" / "seed-0").metric_names):  # every figure
+        assert summary["statistics"][name] == statistics_of([row[name] for row in summary["runs"]])
     assert len(set(row["weights_sha256"] for row in summary["runs"])) == 3  # three seeds, three results
     csv_rows = (root / "whole" / "study.csv").read_text().splitlines()
-    assert csv_rows[0].startswith("seed,weights_sha256,val_loss,val_accuracy") and len(csv_rows) == 4
+    assert csv_rows[0].startswith("seed,weights_sha256,val_loss,") and len(csv_rows) == 4
     assert (root / "whole" / "study.png").read_bytes().startswith(b"\x89PNG")
     printed = ran["whole"].stdout
-    assert "val_accuracy" in printed and "mean" in printed and summary["runs"][0]["weights_sha256"][:12] in printed
+    assert HEADLINE in printed and "mean" in printed and summary["runs"][0]["weights_sha256"][:12] in printed
+    assert "95 % confidence interval" in printed
+    for seed in range(3):  # one line per finished seed: its time and headline figure
+        assert re.search(rf"^seed {seed}: finished in [0-9.]+ s, {HEADLINE} [0-9.]+$", printed, re.MULTILINE)
+    assert printed.strip().splitlines()[-1] == "wrote " + ", ".join(
+        str(root / "whole" / name) for name in ("study.json", "study.csv", "study.png"))
+
+
+@pytest.mark.slow
+def test_summarise_makes_the_same_study_from_seed_folders_trained_elsewhere(ran, tmp_path, capsys):
+    """As after a SLURM array: the seed folders exist, the study only summarises them."""
+    copy = tmp_path / "elsewhere"
+    copy.mkdir()
+    for seed in range(3):
+        shutil.copytree(ran["root"] / "whole" / f"seed-{seed}", copy / f"seed-{seed}")
+    assert study.main(["--seeds", "0-2", "--out", str(copy), "--summarise"]) == 0
+    made, trained = (json.loads((folder / "study.json").read_text()) for folder in (copy, ran["root"] / "whole"))
+    assert without_timings(made) == without_timings(trained)
+    (copy / "seed-2" / "summary.json").unlink()
+    with pytest.raises(SystemExit) as exit_info:
+        study.main(["--seeds", "0-2", "--out", str(copy), "--summarise"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "seed 2" in err and "has not finished" in err
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -11,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from {{ cookiecutter.project_slug }} import compare, doctor, verify
-from {{ cookiecutter.project_slug }}.runs import read_run
+from {{ cookiecutter.project_slug }}.engine.runs import read_run
 
 from conftest import SetUpFailure, determinism_left_as_found, once, value_of
 
@@ -22,7 +23,7 @@ def tampered_copy(run, folder, step: int):
     lines = (copy / "metrics.csv").read_text().splitlines(keepends=True)
     fields = lines[step].split(",")  # line `step` holds step `step` (line 0 is the header)
     assert fields[1] == str(step) and fields[2] == "train"
-    fields[3] = repr(float(fields[3]) + 1e-6)
+    fields[3] = repr(float(fields[3]) * (1 + 1e-6))
     lines[step] = ",".join(fields)
     (copy / "metrics.csv").write_text("".join(lines))
     return copy
@@ -47,10 +48,10 @@ def run_tools(runs, tmp_path_factory):
     tampered copy (in threads), and doctor. Returns each one's (exit status, output)."""
     honest = runs["seed7_threads2"]
     before = files(honest.path)
-    copy = tampered_copy(runs["seed7"], tmp_path_factory.mktemp("tampered"), step=6)
+    copy = tampered_copy(runs["seed7"], tmp_path_factory.mktemp("tampered"), step=3)
     with ThreadPoolExecutor(max_workers=2) as pool:
         verifying = {"verify_honest": pool.submit(verify.verify, read_run(honest.path)),
-                     "verify_tampered": pool.submit(verify.verify, read_run(copy), 8)}
+                     "verify_tampered": pool.submit(verify.verify, read_run(copy), 4)}
         with determinism_left_as_found(), contextlib.redirect_stdout(io.StringIO()) as doctor_output:
             results = {"doctor": (doctor.main(["--steps", "3"]), doctor_output.getvalue())}
         for name, future in verifying.items():
@@ -70,7 +71,7 @@ def test_verify_reproduces_an_honest_run(tools_ran, runs):
 def test_verify_names_the_step_where_a_tampered_run_diverges(tools_ran):
     returncode, out = tools_ran["verify_tampered"]
     assert returncode == 1, out
-    assert "DIVERGED at step 6 (train), loss:" in out
+    assert "DIVERGED at step 3 (train), loss:" in out
 
 
 def test_verify_never_claims_steps_that_the_run_does_not_have(runs, capsys):
@@ -85,10 +86,12 @@ def test_verify_never_claims_steps_that_the_run_does_not_have(runs, capsys):
 def test_compare_says_identical_only_when_nothing_that_matters_differs(runs, tmp_path, capsys):
     """A config that differs in a result setting is never IDENTICAL, even with equal metrics."""
     copy = shutil.copytree(runs["seed7"].path, tmp_path / "copy")
-    config = (copy / "config.json").read_text().replace('"lr": 0.05', '"lr": 0.5')
-    (copy / "config.json").write_text(config)
+    config = json.loads((copy / "config.json").read_text())
+    config["lr"] *= 10  # whatever the default was: the copy now claims another learning rate
+    (copy / "config.json").write_text(json.dumps(config))
     assert compare.main([str(runs["seed7"].path), str(copy)]) == 1
-    assert "DIFFERENT" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "lr: " in out and "first divergence: none" in out and "DIFFERENT" in out
 
 
 def test_compare_finds_identical_runs_identical(runs, capsys):
@@ -110,7 +113,7 @@ def test_compare_writes_a_png_of_both_loss_curves(runs, tmp_path, capsys):
     png = tmp_path / "losses.png"
     compare.main([str(runs["seed7"].path), str(runs["seed8"].path), "--plot", str(png)])
     assert png.read_bytes().startswith(b"\x89PNG")
-    assert f"loss curves written to {png}" in capsys.readouterr().out
+    assert f"curves written to {png}" in capsys.readouterr().out
 
 
 def test_compare_without_matplotlib_says_how_to_get_a_plot(runs, tmp_path, capsys, monkeypatch):
@@ -128,7 +131,7 @@ def bad_run_folders(tmp_path, good):
     bad_config = shutil.copytree(good, tmp_path / "bad_config")
     (bad_config / "config.json").write_text("{not json")
     bad_metrics = shutil.copytree(good, tmp_path / "bad_metrics")
-    (bad_metrics / "metrics.csv").write_text("epoch,step,split,loss,accuracy\n0,1,train,oops,0.5\n")
+    (bad_metrics / "metrics.csv").write_text("epoch,step,split,loss\n0,1,train,oops\n")
     return {
         "missing folder": (tmp_path / "missing", "does not exist"),
         "no run in it": (empty, "holds no run"),

@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from {{ cookiecutter.project_slug }}.runs import METRIC_FIELDS, RUN_FILES
+from {{ cookiecutter.project_slug }} import task
+from {{ cookiecutter.project_slug }}.engine.repro import state_dict_sha256
 from {{ cookiecutter.project_slug }}.train import main
-from {{ cookiecutter.project_slug }}.utils.repro import state_dict_sha256
 
 from conftest import FAST
+
+EXAMPLE_DATA = hasattr(task, "make_synthetic")  # the example's own data; a project with its own lacks it
 
 
 def test_one_seed_in_two_fresh_processes_gives_identical_losses_and_weights(runs):
@@ -24,23 +26,35 @@ def test_another_seed_gives_other_losses_and_weights(runs):
     assert runs["seed8"].train_losses != runs["seed7"].train_losses
 
 
-def test_saved_model_has_the_recorded_weights_hash(runs):
+def test_model_pt_loads_strictly_into_a_fresh_model_and_has_the_recorded_weights_hash(runs):
+    """Every entry of the state dict is saved (BatchNorm's statistics too): a fresh model built as
+    train.py builds it takes model.pt with strict=True, and the hash covers all of it."""
+    from {{ cookiecutter.project_slug }}.config import Config
+
     run = runs["seed7"]
     state_dict = torch.load(run.path / "model.pt", weights_only=True)
-    assert state_dict_sha256(state_dict) == run.weights
+    config, _ = Config.from_dict(run.config)
+    fresh = task.make_model(config, task.make_datasets(config)[0])
+    fresh.load_state_dict(state_dict, strict=True)
+    assert list(state_dict) == list(fresh.state_dict())
+    assert state_dict_sha256(fresh.state_dict()) == state_dict_sha256(state_dict) == run.weights
 
 
 def test_a_run_folder_records_config_environment_metrics_and_summary(runs):
     run = runs["seed7"]
-    assert sorted(p.name for p in run.path.iterdir()) == sorted(set(RUN_FILES) - {"tensorboard"})  # not asked for
+    assert sorted(p.name for p in run.path.iterdir()) == [  # no tensorboard/: not asked for
+        "checkpoints", "config.json", "environment.json", "metrics.csv", "model.pt", "summary.json"]
     assert run.config["seed"] == 7 and run.config["epochs"] == 2
     assert {"torch", "numpy", "python", "cuda", "cudnn", "device", "determinism",
             "intra_op_threads", "environment_variables", "git_commit"} <= run.environment.keys()
     assert run.environment["intra_op_threads"] == run.config["threads"]
-    assert {"seed", "weights_sha256", "train_seconds", "val_loss", "val_accuracy"} <= run.summary.keys()
+    assert {"seed", "weights_sha256", "train_seconds", "val_loss", "headline_metric"} <= run.summary.keys()
+    assert run.summary["headline_metric"] == task.HEADLINE_METRIC
     train_rows = [row for row in run.metrics if row["split"] == "train"]
     assert [int(row["step"]) for row in train_rows] == list(range(1, run.summary["steps"] + 1))
-    assert list(run.metrics[0].keys()) == list(METRIC_FIELDS)
+    header = (run.path / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert header[:4] == ["epoch", "step", "split", "loss"] and tuple(header[3:]) == run.metric_names
+    assert run.summary["metrics"] == list(run.metric_names)  # the task's figures, every one carried through
     assert sum(row["split"] == "val" for row in run.metrics) == run.config["epochs"]
 
 
@@ -50,12 +64,12 @@ def test_the_last_metrics_row_holds_the_summarys_figures_exactly(runs):
     for run in runs.values():
         last = run.metrics[-1]
         assert last["split"] == "val"
-        assert float(last["loss"]) == run.summary["val_loss"]
-        assert float(last["accuracy"]) == run.summary["val_accuracy"]
+        for name in run.metric_names:
+            assert float(last[name]) == run.summary[f"val_{name}"], name
 
 
 def test_environment_json_records_the_float32_precision_in_effect(runs):
-    from {{ cookiecutter.project_slug }}.utils.repro import PYTORCH_DEFAULT_FLOAT32
+    from {{ cookiecutter.project_slug }}.engine.repro import PYTORCH_DEFAULT_FLOAT32
 
     run = runs["seed7"]
     flags = run.environment["determinism"]
@@ -79,17 +93,25 @@ def test_device_names_are_recorded_in_one_spelling(typed, tmp_path):
     assert typed_settings["device"] == "cpu"
 
 
+def inputs_of(dataset) -> torch.Tensor:
+    return torch.stack([torch.as_tensor(dataset[i][0]) for i in range(len(dataset))])
+
+
 def test_another_seed_with_the_same_data_seed_is_scored_on_the_same_validation_samples():
     from {{ cookiecutter.project_slug }}.config import Config
-    from {{ cookiecutter.project_slug }}.data import make_datasets
 
-    _, val_7 = make_datasets(Config(seed=7))
-    _, val_8 = make_datasets(Config(seed=8))
-    _, val_other_data = make_datasets(Config(seed=7, data_seed=Config().data_seed + 1))
-    assert torch.equal(torch.stack([val_7[i][0] for i in range(len(val_7))]),
-                       torch.stack([val_8[i][0] for i in range(len(val_8))]))
-    assert not torch.equal(torch.stack([val_7[i][0] for i in range(len(val_7))]),
-                           torch.stack([val_other_data[i][0] for i in range(len(val_other_data))]))
+    _, val_7 = task.make_datasets(Config(seed=7))
+    _, val_8 = task.make_datasets(Config(seed=8))
+    assert torch.equal(inputs_of(val_7), inputs_of(val_8))
+
+
+@pytest.mark.skipif(not EXAMPLE_DATA, reason="about the example's data, which this project's task.py replaced")
+def test_example_data_another_data_seed_picks_other_validation_samples():
+    from {{ cookiecutter.project_slug }}.config import Config
+
+    _, val_7 = task.make_datasets(Config(seed=7))
+    _, val_other_data = task.make_datasets(Config(seed=7, data_seed=Config().data_seed + 1))
+    assert not torch.equal(inputs_of(val_7), inputs_of(val_other_data))
 
 
 def test_an_out_folder_that_holds_a_run_is_refused_and_left_intact(runs, capsys):
@@ -127,6 +149,9 @@ BAD_FLAGS = {
     "seed without a value": ("--seed",),
     "out without a value": ("--out",),
     "dropout above 1": ("--dropout", "1.5"),
+    "batch not shared equally": ("--batch-size", "10", "--accumulate", "3"),
+    "warm-up with one-cycle": ("--warmup-steps", "5"),
+    "unknown optimizer": ("--optimizer", "lbfgs"),
 }
 
 
@@ -176,6 +201,7 @@ def test_run_files_get_the_usual_permissions_not_private_ones(runs):
 def test_each_epoch_prints_its_mean_training_loss_and_the_validation_figures_when_it_evaluated(runs):
     printed = runs["seed7"].path.with_suffix(".out").read_text().splitlines()
     steps_per_epoch = runs["seed7"].summary["steps"] // 2
-    assert printed[0].startswith(f"epoch 1/2  step {steps_per_epoch}  train_loss ") and "val_accuracy" in printed[0]
+    assert printed[0].startswith(f"epoch 1/2  step {steps_per_epoch}  train_loss ")
+    assert all(f"val_{name} " in printed[0] for name in runs["seed7"].metric_names)
     never = runs["seed7_workers3_eval_never"].path.with_suffix(".out").read_text().splitlines()
     assert "train_loss" in never[0] and "val_loss" not in never[0]  # no evaluation after epoch 1

@@ -1,18 +1,26 @@
 """{{ cookiecutter.project_slug }}: a PyTorch training project whose runs repeat bit for bit.
 
-Start reading at train.py; config.py holds every setting, utils/repro.py every reproducibility
-knob, each explained. `python -m {{ cookiecutter.project_slug }}` lists the commands.
+    task.py      yours: the data, the model, the loss and the metrics
+    config.py    every setting of a run (add yours here)
+    train.py     the recipe: read it top to bottom (python -m {{ cookiecutter.project_slug }}.train)
+    verify.py, compare.py, doctor.py, study.py, plot.py
+                 the other commands (python -m {{ cookiecutter.project_slug }}.<command>)
+    engine/      the machinery that keeps any task's runs repeatable; you should not need to edit it
+
+`python -m {{ cookiecutter.project_slug }}` lists the commands.
 """
 
 import sys
 
-from .utils.hashseed import relaunch_with_hash_seed, started_as_module
+from .engine.hashseed import relaunch_with_hash_seed, started_as_module
 
 __version__ = "0.1.0"
 DEFAULT_SEED = {{ cookiecutter.seed }}  # the default --seed and --data-seed (config.py), chosen at bake time
 
-# `python -m {{ cookiecutter.project_slug }}.train` (torchrun too) imports this package before
-# train.py, and so before torch: the cheapest moment to restart the interpreter with
-# PYTHONHASHSEED set from --seed, which Python reads only at start-up (see utils/hashseed.py).
+# The one thing this file does besides naming things, and only when the interpreter was started as
+# the train command (`python -m {{ cookiecutter.project_slug }}.train`, torchrun too; never on a plain
+# `import`): Python imports this package before train.py, and so before torch, which makes this the
+# cheapest moment to restart the interpreter with PYTHONHASHSEED set from --seed. Python reads that
+# variable only at start-up (see engine/hashseed.py).
 if started_as_module(f"{__name__}.train"):
     relaunch_with_hash_seed(sys.argv[1:], DEFAULT_SEED)

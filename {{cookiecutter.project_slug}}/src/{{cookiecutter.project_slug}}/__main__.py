@@ -12,7 +12,7 @@ COMMANDS = """\
   python -m {{ cookiecutter.project_slug }}.study --seeds 0-4 --out studies/base
                                       one run per seed, their statistics and a picture
   python -m {{ cookiecutter.project_slug }}.plot runs/a runs/b --out curves.png
-                                      training loss and validation accuracy, drawn
+                                      the training loss and every validation figure, drawn
   torchrun --standalone --nproc-per-node 2 -m {{ cookiecutter.project_slug }}.train --out runs/ddp
                                       several processes (DistributedDataParallel)
 """

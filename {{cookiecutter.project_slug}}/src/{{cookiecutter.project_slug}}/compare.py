@@ -1,78 +1,83 @@
 """Compares two run folders: settings, environments, the first step where they part, final results.
 
-    python -m {{ cookiecutter.project_slug }}.compare runs/a runs/b [--plot losses.png]
+    python -m {{ cookiecutter.project_slug }}.compare runs/a runs/b [--plot curves.png]
 
-Exit 0 when the runs are identical (every metrics row and the weight hash), 1 otherwise,
-2 for a folder that cannot be read.
+Exit 0 when the runs are identical (the same result settings, every metrics row and the weight
+hash), 1 otherwise, 2 for a folder that cannot be read. A setting that one run did not record
+(it is older than the setting) counts as its default.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from .config import EXECUTION_ONLY
-from .runs import ENVIRONMENT_KEYS, RunError, differences, first_divergence, read_run
+from .config import EXECUTION_ONLY, Config
+from .engine.cli import make_parser
+from .engine.environment import differences, environment_differences
+from .engine.runs import Run, RunError, first_divergence, read_run
 
-PROG = "python -m {{ cookiecutter.project_slug }}.compare"
+
+def settings(run: Run) -> dict:
+    """The run's settings, with the defaults of those it did not record."""
+    try:
+        return Config.from_dict(run.config)[0].to_dict()
+    except (TypeError, ValueError):  # settings this code does not know: compare what was recorded
+        return run.config
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description="Compare two runs.", allow_abbrev=False)
+    parser = make_parser("compare", "Compare two runs.")
     parser.add_argument("run_a", type=Path, metavar="RUN_A")
     parser.add_argument("run_b", type=Path, metavar="RUN_B")
-    parser.add_argument("--plot", type=Path, metavar="PNG", help="write both loss curves to this PNG (matplotlib)")
-    parser.error = lambda message: parser.exit(2, f"{PROG}: error: {message}\n")
+    parser.add_argument("--plot", type=Path, metavar="FILE", help="draw both runs into this picture (.png, .pdf or "
+                        ".svg; needs matplotlib)")
     args = parser.parse_args(argv)
     try:
         a, b = read_run(args.run_a), read_run(args.run_b)
     except RunError as error:
         parser.error(str(error))
+    if args.plot:
+        from .plot import out_problem
 
+        if out_problem(args.plot):
+            parser.error(out_problem(args.plot))
+
+    config_a, config_b = settings(a), settings(b)
     print(f"A: {a.path}\nB: {b.path}")
-    for title, lines in (("config differences", differences(a.config, b.config)),
-                         ("environment differences", differences(a.environment, b.environment, ENVIRONMENT_KEYS))):
+    for title, lines in (("config differences", differences(config_a, config_b)),
+                         ("environment differences", environment_differences(a.environment, b.environment))):
         print(f"{title}:" + ("" if lines else " none"))
         for line in lines:
             print(f"  {line}")
-    divergence = first_divergence(a.metrics, b.metrics)
+    divergence = first_divergence(a, b)
     print(f"first divergence: {divergence or 'none, every metrics row is identical'}")
     print(f"{'':16s}{'A':>24s}{'B':>24s}")
-    for key in ("val_loss", "val_accuracy", "steps"):
+    for key in ("steps", *(f"val_{name}" for name in dict.fromkeys([*a.metric_names, *b.metric_names]))):
         value_a, value_b = ((run.summary or {}).get(key, "(unfinished)") for run in (a, b))
         print(f"{key:16s}{str(value_a)[:22]:>24s}{str(value_b)[:22]:>24s}")
     for label, run in (("A", a), ("B", b)):
         print(f"weights_sha256 {label} {run.weights or '(unfinished)'}")
     if args.plot:
-        plot(a, b, args.plot)
+        draw_both(a, b, args.plot)
     # Execution-only settings (workers, checkpoint interval) may differ: they change no result.
-    result_settings = tuple(key for key in dict.fromkeys([*a.config, *b.config]) if key not in EXECUTION_ONLY)
-    same_settings = not differences(a.config, b.config, result_settings)
+    results = tuple(key for key in dict.fromkeys([*config_a, *config_b]) if key not in EXECUTION_ONLY)
+    same_settings = not differences(config_a, config_b, results)
     identical = same_settings and divergence is None and a.weights is not None and a.weights == b.weights
     print("IDENTICAL" if identical else "DIFFERENT")
     return 0 if identical else 1
 
 
-def plot(a, b, path: Path) -> None:
-    try:
-        import matplotlib
+def draw_both(a: Run, b: Run, path: Path) -> None:
+    from .plot import run_series, save_picture
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    try:
+        import matplotlib  # noqa: F401
     except ImportError:
         print("no plot: matplotlib is not installed (python -m pip install matplotlib)")
         return
-    figure, axes = plt.subplots(figsize=(7, 4))
-    for run, label in ((a, "A"), (b, "B")):
-        rows = [row for row in run.metrics if row["split"] == "train"]
-        axes.plot([int(r["step"]) for r in rows], [float(r["loss"]) for r in rows], label=f"{label}: {run.path}")
-    axes.set_xlabel("step")
-    axes.set_ylabel("training loss")
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    print(f"loss curves written to {path}")
+    problem = save_picture({f"A: {a.path}": run_series(a), f"B: {b.path}": run_series(b)}, path)
+    print(f"no plot: {problem}" if problem else f"curves written to {path}")
 
 
 if __name__ == "__main__":

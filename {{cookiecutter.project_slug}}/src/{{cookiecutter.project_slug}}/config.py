@@ -1,25 +1,33 @@
 """Every setting of a run, in one typed dataclass: the command line, its help and defaults, which
 settings `--resume` may change, and config.json all come from `Config` below.
 
-Equal settings (all but the execution-only ones) on an equal environment give equal weights.
-To add a setting, add a field: it becomes a flag, is recorded in config.json, and is checked on
-`--resume`.
+Equal settings on an equal environment give equal weights. To add a setting, add a field: it
+becomes a flag, is recorded in config.json, and is checked on `--resume`. Say what it affects
+(`effect`), and tests/test_settings.py checks that a "weights" setting changes the weights.
+A run recorded before the field existed takes its default (`Config.from_dict`).
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from . import DEFAULT_SEED
-from .utils.precision import PRECISIONS
-from .utils.repro import DETERMINISM_MODES, MAX_SEED
+from .engine.cli import make_parser
+from .engine.device import device_name
+from .engine.precision import PRECISIONS
+from .engine.repro import DETERMINISM_MODES, MAX_SEED
 
-PROG = "python -m {{ cookiecutter.project_slug }}.train"
-DEVICE_PATTERN = r"auto|cpu|mps|cuda(:[0-9]+)?"
+OPTIMIZERS = ("sgd", "adamw")
+SCHEDULES = ("one-cycle", "cosine", "constant")
+# What a setting affects. "weights": another value gives other weights (tests/test_settings.py
+# proves it for each); "evaluation": the trained weights stay, the validation figures may change;
+# "machine": whether it changes bits depends on the hardware (GPU kernels, thread splits), so it is
+# recorded and kept on --resume; "execution": how a run executes, not what it computes (the tests
+# prove it), so --resume may change it; "fixed": set by the code or by torchrun, not a flag.
+EFFECTS = ("weights", "evaluation", "machine", "execution", "fixed")
 
 
 def integer(low: int, high: int | None = None):
@@ -47,85 +55,114 @@ def number(low: float, high: float = float("inf"), low_inclusive: bool = False):
     return parse
 
 
-def device_name(text: str) -> str:
-    """'CPU', ' cuda:0 ' -> 'cpu', 'cuda:0': one spelling per device, so that config.json and
-    `compare` see one setting, not two."""
-    name = text.strip().lower()
-    if not re.fullmatch(DEVICE_PATTERN, name):
-        hint = " (one process uses one GPU; for several, launch with torchrun)" if "," in name else ""
-        raise argparse.ArgumentTypeError(f"{text!r} is not one of auto, cpu, cuda, cuda:N, mps{hint}")
-    return name
+def parse_device(text: str) -> str:
+    try:
+        return device_name(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def setting(default: Any, help: str, parse=None, choices=None, execution_only: bool = False, flag: bool = True):
-    """A field of Config. `execution_only`: changes how a run executes, not what it computes (the
-    tests prove it), so `--resume` may change it. `flag=False`: fixed by the code or by torchrun."""
-    return field(default=default, metadata={"help": help, "parse": parse, "choices": choices,
-                                            "execution_only": execution_only, "flag": flag})
+def setting(default: Any, help: str, parse=None, choices=None, effect: str = "weights"):
+    """A field of Config; `effect` says what it changes (see EFFECTS)."""
+    assert effect in EFFECTS, effect
+    return field(default=default, metadata={"help": help, "parse": parse, "choices": choices, "effect": effect})
 
 
 @dataclass(frozen=True)
 class Config:
+    # What is learned, and from what.
     seed: int = setting(DEFAULT_SEED, "seeds training: initial weights, dropout, shuffling, augmentation, and "
                         "PYTHONHASHSEED", integer(0, MAX_SEED))
-    data_seed: int = setting(DEFAULT_SEED, "seeds the data: the synthetic images and the train/validation split; "
-                             "it stays put when --seed changes, so runs are scored on the same samples",
+    data_seed: int = setting(DEFAULT_SEED, "seeds the data: the example's synthetic images and its train/validation "
+                             "split; it stays put when --seed changes, so runs are scored on the same samples",
                              integer(0, MAX_SEED))
     epochs: int = setting(5, "passes over the training set", integer(1))
-    batch_size: int = setting(64, "samples per optimizer step in each process; under torchrun with N processes "
-                              "a step sees N times this", integer(1))
-    lr: float = setting(0.05, "peak learning rate of the one-cycle schedule", number(0))
-    momentum: float = setting(0.9, "SGD momentum", number(0, 1, low_inclusive=True))
-    weight_decay: float = setting(5e-4, "SGD weight decay (L2)", number(0, low_inclusive=True))
-    width: int = setting(16, "channels of the first convolution (the example model)", integer(1))
-    dropout: float = setting(0.25, "dropout probability (the example model)", number(0, 1, low_inclusive=True))
-    val_batch_size: int = setting(256, "samples per evaluation batch", integer(1))
+    batch_size: int = setting(64, "samples per optimizer step, over all processes and micro-batches (the global "
+                              "batch); each process takes batch-size / (processes x accumulate) at a time",
+                              integer(1))
+    accumulate: int = setting(1, "micro-batches whose gradients add up to one optimizer step (gradient "
+                              "accumulation)", integer(1))
+    max_samples: int = setting(0, "train and evaluate on only the first N samples of each split (0: all of them), "
+                               "for quick checks; the tests use it", integer(0))
+    # How it is learned.
+    optimizer: str = setting("sgd", "sgd (with momentum) or adamw", choices=OPTIMIZERS)
+    lr: float = setting(0.05, "peak learning rate of the schedule", number(0))
+    schedule: str = setting("one-cycle", "learning rate over the run: one-cycle (warm up, then anneal), cosine "
+                            "(after --warmup-steps of linear warm-up) or constant (likewise)", choices=SCHEDULES)
+    warmup_steps: int = setting(0, "steps of linear warm-up for the cosine and constant schedules", integer(0))
+    momentum: float = setting(0.9, "SGD's momentum, or AdamW's beta1", number(0, 1, low_inclusive=True))
+    weight_decay: float = setting(5e-4, "weight decay (SGD: L2; AdamW: decoupled)", number(0, low_inclusive=True))
+    clip_grad_norm: float = setting(0.0, "clip the gradients' total norm to this before each step (0: no clipping)",
+                                    number(0, low_inclusive=True))
+    # The example model's size; a task of your own may read them too.
+    width: int = setting(16, "the model's width (the example: channels of its first convolution)", integer(1))
+    dropout: float = setting(0.25, "dropout probability", number(0, 1, low_inclusive=True))
+    # Evaluation: it never changes the trained weights.
+    val_batch_size: int = setting(256, "samples per evaluation batch (each process)", integer(1), effect="evaluation")
+    eval_every: int = setting(1, "evaluate every K epochs (0: only at the end)", integer(0), effect="evaluation")
+    # The machine.
     threads: int = setting(1, "CPU threads for torch's intra-op parallelism; recorded because results can "
-                           "depend on it (not the machine's core count)", integer(1))
-    device: str = setting("auto", "auto, cpu, cuda, cuda:N or mps", device_name)
+                           "depend on it (not the machine's core count)", integer(1), effect="machine")
+    device: str = setting("auto", "auto, cpu, cuda, cuda:N or mps", parse_device, effect="machine")
     deterministic: str = setting({{ cookiecutter.determinism|tojson }}, "strict: error on a non-deterministic op; "
-                                 "warn: warn; off: PyTorch's fastest defaults", choices=DETERMINISM_MODES)
+                                 "warn: warn; off: PyTorch's fastest defaults", choices=DETERMINISM_MODES,
+                                 effect="machine")
     precision: str = setting("fp32", "fp32; or mixed precision under torch.autocast: bf16, or fp16 with a "
                              "GradScaler", choices=PRECISIONS)
     compile: bool = setting(False, "wrap the model in torch.compile, set up to repeat bit for bit (needs a C++ "
-                            "compiler on the CPU; the first steps compile, which takes a while)")
-    eval_every: int = setting(1, "evaluate every K epochs (0: only at the end); trained weights do not depend "
-                              "on it", integer(0))
-    dataset: str = setting({{ cookiecutter.dataset|tojson }}, "the example data (fixed by the code)", flag=False)
-    world_size: int = setting(1, "processes under torchrun (set by torchrun)", flag=False)
-    num_workers: int = setting(0, "DataLoader worker processes; the result does not depend on it",
-                               integer(0), execution_only=True)
-    persistent_workers: bool = setting(False, "keep workers alive between epochs; the result does not depend "
-                                       "on it", execution_only=True)
-    prefetch_factor: int | None = setting(None, "batches each worker loads ahead; the result does not depend "
-                                          "on it", integer(1), execution_only=True)
+                            "compiler on the CPU; the first steps compile, which takes a while)", effect="machine")
+    dataset: str = setting({{ cookiecutter.dataset|tojson }}, "the example's data (fixed by the code)", effect="fixed")
+    world_size: int = setting(1, "processes under torchrun (set by torchrun)", effect="fixed")
+    # How the run executes: --resume may change these.
+    num_workers: int = setting(0, "DataLoader worker processes", integer(0), effect="execution")
+    persistent_workers: bool = setting(False, "keep workers alive between epochs", effect="execution")
+    prefetch_factor: int | None = setting(None, "batches each worker loads ahead", integer(1), effect="execution")
     tensorboard: bool = setting(False, "also write the metrics as TensorBoard event files into the run folder's "
-                                "tensorboard/ (needs the tensorboard package)", execution_only=True)
+                                "tensorboard/ (needs the tensorboard package)", effect="execution")
     checkpoint_every: int = setting(50, "save a checkpoint every N optimizer steps, and at each epoch's end "
-                                    "(0: epoch ends only)", integer(0), execution_only=True)
+                                    "(0: epoch ends only)", integer(0), effect="execution")
+    log_every: int = setting(50, "read the steps' metrics back from the device every N steps (and at each "
+                             "checkpoint): every step still gets its row in metrics.csv", integer(1),
+                             effect="execution")
 
     def problem(self) -> str | None:
         """A contradiction between settings, as one sentence, or None."""
         if self.num_workers == 0 and (self.persistent_workers or self.prefetch_factor is not None):
             return "--persistent-workers and --prefetch-factor need --num-workers above 0"
+        if self.warmup_steps and self.schedule == "one-cycle":
+            return "--warmup-steps is for the cosine and constant schedules (one-cycle warms up by itself)"
+        per_step = self.world_size * self.accumulate
+        if self.batch_size % per_step:
+            return (f"--batch-size {self.batch_size} is not a multiple of {self.world_size} process(es) x "
+                    f"{self.accumulate} micro-batch(es) per step, so they cannot share it equally")
         return None
+
+    @property
+    def micro_batch_size(self) -> int:
+        """What one process takes at a time: the global batch shared by processes and micro-batches."""
+        return self.batch_size // (self.world_size * self.accumulate)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> Config:
-        """The config a run recorded; ValueError (one line) if it does not fit this code."""
-        known = {f.name for f in fields(cls)}
-        unknown, missing = sorted(data.keys() - known), sorted(known - data.keys())
-        if unknown or missing:
-            raise ValueError(f"its settings do not match this code's (unknown: {unknown or 'none'}; "
-                             f"missing: {missing or 'none'})")
-        return cls(**data)
+    def from_dict(cls, data: dict) -> tuple[Config, list[str]]:
+        """The config a run recorded, and the settings it did not record, which take their defaults
+        (a run made before they existed). ValueError (one line) for a setting this code lacks."""
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(data.keys() - known.keys())
+        if unknown:
+            raise ValueError(f"it has settings that this code does not know: {', '.join(unknown)}")
+        added = [name for name in known if name not in data]
+        return cls(**data), added
 
 
-EXECUTION_ONLY = tuple(f.name for f in fields(Config) if f.metadata["execution_only"])
-FLAGS = tuple(f for f in fields(Config) if f.metadata["flag"])
+def effect_of(name: str) -> str:
+    return Config.__dataclass_fields__[name].metadata["effect"]
+
+
+EXECUTION_ONLY = tuple(f.name for f in fields(Config) if f.metadata["effect"] == "execution")
+FLAGS = tuple(f for f in fields(Config) if f.metadata["effect"] != "fixed")
 
 
 def flag(name: str) -> str:
@@ -133,9 +170,7 @@ def flag(name: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Train the model reproducibly; every run writes a "
-                                     "folder that records what it did.",
-                                     allow_abbrev=False)  # --epoch must not quietly mean --epochs
+    parser = make_parser("train", "Train the model reproducibly; every run writes a folder that records what it did.")
     # Settings: a flag not typed is absent from the result (SUPPRESS), so that --resume can tell
     # what the user typed from what the defaults say.
     for setting_field in FLAGS:
@@ -155,8 +190,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--stop-after-steps", type=integer(1), default=None, metavar="N",
                         help="stop after N optimizer steps, with a checkpoint, as if interrupted (verify and "
                              "doctor use it to check the first steps of a long run) (default: none)")
-    # One clear line and exit 2 for a user's mistake, instead of the usage block.
-    parser.error = lambda message: parser.exit(2, f"{PROG}: error: {message}\n")
     return parser
 
 
@@ -187,4 +220,3 @@ def config_to_flags(config: Config) -> list[str]:
         elif value is not None:
             result += [flag(setting_field.name), str(value)]
     return result
-

@@ -12,7 +12,6 @@ and checks that both give the same losses and weights, bit for bit. Exit 0 when 
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import subprocess
@@ -23,9 +22,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .runs import start_training
-from .utils.device import available_devices, select_device
-from .utils.repro import (
+from .engine.cli import make_parser
+from .engine.device import available_devices, select_device
+from .engine.launch import launch_training
+from .engine.repro import (
     DETERMINISM_MODES,
     configure_determinism,
     determinism_flags,
@@ -33,8 +33,6 @@ from .utils.repro import (
     state_dict_sha256,
 )
 
-PACKAGE = "{{ cookiecutter.project_slug }}"
-PROG = f"python -m {PACKAGE}.doctor"
 # Variables read once: PYTHONHASHSEED when Python starts, the CUDA ones when CUDA initialises.
 READ_AT_START = ("PYTHONHASHSEED",)
 READ_AT_CUDA_INIT = ("CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES")
@@ -104,7 +102,7 @@ def probe_ops(device: torch.device) -> dict[str, str]:
 
 
 def trial_run(out: Path, mode: str, device: str, steps: int) -> subprocess.Popen:
-    return start_training("--out", str(out), "--epochs", "1", "--deterministic", mode, "--device", device,
+    return launch_training("--out", str(out), "--epochs", "1", "--deterministic", mode, "--device", device,
                           "--stop-after-steps", str(steps), "--checkpoint-every", "0")
 
 
@@ -116,15 +114,13 @@ def trial_fingerprint(out: Path) -> str:
     return f"metrics {metrics[:16]} weights {state_dict_sha256(weights)[:16]}"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Check this machine for reproducible training.",
-                                     allow_abbrev=False)
+def build_parser():
+    parser = make_parser("doctor", "Check this machine for reproducible training.")
     parser.add_argument("--deterministic", choices=DETERMINISM_MODES, default={{ cookiecutter.determinism|tojson }},
                         help="the mode to check (default: %(default)s)")
     parser.add_argument("--device", default="auto", help="the device to check (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=5, help="steps of each trial run (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="skip the two trial runs (default: off)")
-    parser.error = lambda message: parser.exit(2, f"{PROG}: error: {message}\n")
     return parser
 
 

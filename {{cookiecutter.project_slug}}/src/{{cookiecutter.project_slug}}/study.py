@@ -2,49 +2,45 @@
 
     python -m {{ cookiecutter.project_slug }}.study --seeds 0-4 --out studies/base
     python -m {{ cookiecutter.project_slug }}.study --seeds 0,1,2 --out studies/lr01 --jobs 2 --lr 0.01
+    python -m {{ cookiecutter.project_slug }}.study --seeds 0-9 --out studies/big --summarise  # trained elsewhere
 
 Each seed's run goes into OUT/seed-<N>/, an ordinary run folder that verify and compare accept;
 their output into OUT/logs/. Every run has the same --data-seed, so all are scored on the same
-validation samples. At the end: OUT/study.json (the shared config, each seed's weights_sha256,
-val_loss and val_accuracy, and for each metric the mean, standard deviation and a 95 %
-confidence interval, Student's t), OUT/study.csv (a row per seed), OUT/study.png, and a table.
+validation samples. At the end: OUT/study.json (the shared config, each seed's weights_sha256 and
+validation figures, and for each figure the mean, standard deviation and a 95 % confidence
+interval, Student's t), OUT/study.csv (a row per seed), OUT/study.png, and a table. The headline
+figure is the task's (task.HEADLINE_METRIC), or --metric.
 
 Running the same command again continues the study: finished seeds are kept, interrupted ones
 resume exactly (--resume), missing ones run. A result setting other than the study's is refused.
+With --summarise nothing is trained: the seed folders (from a SLURM array, say) are summarised.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
-import math
 import re
 import signal
 import sys
 import time
 from pathlib import Path
 
-from .checkpoint import atomic_write_text
 from .config import EXECUTION_ONLY, Config, build_parser
-from .config import PROG as TRAIN_PROG
-from .runs import RunError, differences, read_json, read_run, start_training, write_json
-from .utils.repro import MAX_SEED
+from .engine.cli import make_parser, prog
+from .engine.cli import refuse as refuse_with
+from .engine.environment import differences
+from .engine.files import atomic_write_text, write_json
+from .engine.launch import launch_training
+from .engine.repro import MAX_SEED
+from .engine.runs import RunError, read_json, read_run
+from .engine.statistics import statistics_of
 
-PROG = "python -m {{ cookiecutter.project_slug }}.study"
 SET_BY_THE_STUDY = ("--seed", "--out", "--resume", "--overwrite", "--stop-after-steps")
-METRICS = ("val_accuracy", "val_loss")
-# Student's t for a two-sided 95 % interval, by degrees of freedom (from its tables); beyond 30 the
-# value moves from 2.042 towards the normal 1.960, taken here at 40, 60 and 120.
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-         10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101,
-         19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052,
-         28: 2.048, 29: 2.045, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
 
 
 def refuse(message: str) -> None:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    sys.exit(2)
+    refuse_with("study", message)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -64,45 +60,34 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def t_975(degrees: int) -> float:
-    known = max(d for d in T_975 if d <= degrees)
-    return T_975[known] if degrees <= 120 else 1.960
-
-
-def statistics_of(values: list[float]) -> dict[str, object]:
-    """Mean, sample standard deviation, and the 95 % confidence interval of the mean (Student's t)."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return {"mean": mean, "std": None, "ci95": None}
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = t_975(n - 1) * std / math.sqrt(n)
-    return {"mean": mean, "std": std, "ci95": [mean - half, mean + half]}
-
-
 def training_settings(flags: list[str]) -> dict:
     """The training flags of the study as train would read them; train's refusals, in one line."""
     for flag in flags:
         if flag.split("=")[0] in SET_BY_THE_STUDY:
             refuse(f"{flag.split('=')[0]} is set by the study for each run; leave it out")
     parser = build_parser()
-    parser.error = lambda message: refuse(message.replace(TRAIN_PROG, PROG))
+    parser.error = lambda message: refuse(message)
     args = parser.parse_args(flags)
     return {name: value for name, value in vars(args).items() if name in Config.__dataclass_fields__}
+
+
+def result_differences(a: dict, b: dict) -> list[str]:
+    return differences(a, b, tuple(key for key in {**a, **b} if key not in EXECUTION_ONLY))
 
 
 def check_study_folder(out: Path, shared: dict) -> dict | None:
     """The study already in `out` (refusing one with other result settings), or None."""
     if not (out / "study.json").exists():
-        if out.exists() and any(out.iterdir()):
+        if out.is_dir() and any(out.iterdir()):
             refuse(f"--out {out} is not empty and holds no study (study.json); choose another --out")
+        if out.exists() and not out.is_dir():
+            refuse(f"--out {out} is a file, not a folder")
         return None
     try:
         recorded = read_json(out / "study.json", required=True)
     except RunError as error:
         refuse(str(error))
-    results = tuple(key for key in {**recorded["config"], **shared} if key not in EXECUTION_ONLY)
-    changed = differences(recorded["config"], shared, results)
+    changed = result_differences(recorded["config"], shared)
     if changed:
         refuse(f"the study in {out} was made with other settings ({'; '.join(changed)}); choose another --out")
     return recorded
@@ -118,17 +103,24 @@ def command_for(seed: int, out: Path, flags: list[str]) -> tuple[str, list[str]]
     return "started", [*flags, "--seed", str(seed), "--out", str(run), "--overwrite"]
 
 
-def start_seed(seed: int, out: Path, flags: list[str]) -> tuple | None:
-    """Starts what one seed needs (see command_for); None when its run is already finished."""
+def launch_seed(seed: int, out: Path, flags: list[str]) -> tuple | None:
+    """Launches what one seed needs (see command_for); None when its run is already finished."""
     action, args = command_for(seed, out, flags)
     print(f"seed {seed}: {action}", flush=True)
     if not args:
         return None
     log = open(out / "logs" / f"seed-{seed}.log", "a", encoding="utf-8")  # closed when the run ends
-    return start_training(*args, stdout=log, stderr=log), log
+    return launch_training(*args, stdout=log, stderr=log), log, time.perf_counter()
 
 
-def run_seeds(seeds: list[int], out: Path, flags: list[str], jobs: int) -> list[int]:
+def finished_line(seed: int, out: Path, seconds: float, metric: str | None) -> str:
+    summary = read_json(out / f"seed-{seed}" / "summary.json", required=True)
+    name = metric or summary.get("headline_metric", "loss")
+    value = summary.get(f"val_{name}")
+    return f"seed {seed}: finished in {seconds:.1f} s" + (f", val_{name} {value:.4f}" if value is not None else "")
+
+
+def run_seeds(seeds: list[int], out: Path, flags: list[str], jobs: int, metric: str | None) -> list[int]:
     """Runs what each seed needs, `jobs` at a time; returns the seeds whose run failed. A SIGTERM
     or Ctrl-C is passed on, once, to the runs (each stops with a checkpoint), then the study stops."""
     waiting, running, failed, stop = list(seeds), {}, [], []
@@ -137,18 +129,14 @@ def run_seeds(seeds: list[int], out: Path, flags: list[str], jobs: int) -> list[
         while waiting or running:
             while waiting and len(running) < jobs and not stop:
                 seed = waiting.pop(0)
-                started = start_seed(seed, out, flags)
-                if started is not None:
-                    running[seed] = started
+                launched = launch_seed(seed, out, flags)
+                if launched is not None:
+                    running[seed] = launched
             if stop and stop[-1] is not None:  # pass the signal on once; a second one would skip the checkpoint
-                for process, _ in running.values():
+                for process, _, _ in running.values():
                     process.send_signal(stop[0])
                 stop.append(None)
-            for seed, (process, log) in list(running.items()):
-                if process.poll() is not None:  # a state, not a time: this run has ended
-                    log.close()
-                    failed += [seed] if process.returncode != 0 else []
-                    del running[seed]
+            failed += reap(running, out, metric, quiet=bool(stop))
             if stop and not running:
                 sys.exit(128 + stop[0])
             time.sleep(0.05)
@@ -158,43 +146,90 @@ def run_seeds(seeds: list[int], out: Path, flags: list[str], jobs: int) -> list[
     return failed
 
 
-def summarise(out: Path, seeds: list[int], shared: dict, seconds: float) -> dict:
+def reap(running: dict, out: Path, metric: str | None, quiet: bool) -> list[int]:
+    """Removes the runs that have ended from `running`, saying how each went; the seeds that failed."""
+    failed = []
+    for seed, (process, log, started) in list(running.items()):
+        if process.poll() is not None:  # a state, not a time: this run has ended
+            log.close()
+            del running[seed]
+            if process.returncode != 0:
+                failed.append(seed)
+            elif not quiet:
+                print(finished_line(seed, out, time.perf_counter() - started, metric), flush=True)
+    return failed
+
+
+def summarise(out: Path, seeds: list[int], shared: dict, seconds: float | None, metric: str | None) -> dict:
     """study.json and study.csv from the seeds' run folders."""
-    runs = {seed: read_run(out / f"seed-{seed}").summary for seed in seeds}
-    per_seed = [{"seed": seed, "weights_sha256": s["weights_sha256"], "val_loss": s["val_loss"],
-                 "val_accuracy": s["val_accuracy"], "steps": s["steps"], "train_seconds": s["train_seconds"]}
-                for seed, s in runs.items()]
-    study = {"config": shared, "seeds": seeds, "runs": per_seed,
-             "statistics": {metric: statistics_of([row[metric] for row in per_seed]) for metric in METRICS},
+    summaries = {seed: read_run(out / f"seed-{seed}").summary for seed in seeds}
+    unfinished = [seed for seed, summary in summaries.items() if summary is None]
+    if unfinished:
+        refuse(f"the run of seed {unfinished[0]} in {out / f'seed-{unfinished[0]}'} has not finished (no summary.json)")
+    first = summaries[seeds[0]]
+    figures = [f"val_{name}" for name in first.get("metrics", ["loss", "accuracy"])]
+    headline = f"val_{metric or first.get('headline_metric', 'loss')}"
+    if headline not in figures:
+        refuse(f"--metric {headline[4:]}: the runs record {', '.join(name[4:] for name in figures)}")
+    per_seed = [{"seed": seed, "weights_sha256": s["weights_sha256"], **{name: s[name] for name in figures},
+                 "steps": s["steps"], "train_seconds": s["train_seconds"]} for seed, s in summaries.items()]
+    study = {"config": shared, "seeds": seeds, "headline": headline, "runs": per_seed,
+             "statistics": {name: statistics_of([row[name] for row in per_seed]) for name in figures},
              "study_seconds": seconds}
     write_json(out / "study.json", study)
     table = io.StringIO()
     writer = csv.DictWriter(table, fieldnames=list(per_seed[0]), lineterminator="\n")
     writer.writeheader()
-    writer.writerows({**row, "val_loss": repr(row["val_loss"]), "val_accuracy": repr(row["val_accuracy"])}
-                     for row in per_seed)
+    writer.writerows({**row, **{name: repr(row[name]) for name in figures}} for row in per_seed)
     atomic_write_text(out / "study.csv", table.getvalue())
     return study
 
 
 def print_table(study: dict) -> None:
-    print(f"{'seed':>6}  {'val_accuracy':>12}  {'val_loss':>10}  weights")
+    headline = study["headline"]
+    others = [name for name in study["statistics"] if name != headline]
+    print(f"{'seed':>6}  " + "  ".join(f"{name:>14}" for name in (headline, *others)) + "  weights")
     for row in study["runs"]:
-        print(f"{row['seed']:>6}  {row['val_accuracy']:>12.4f}  {row['val_loss']:>10.4f}  {row['weights_sha256'][:12]}")
-    accuracy, loss = (study["statistics"][metric] for metric in METRICS)
-    if accuracy["std"] is not None:
-        print(f"{'mean':>6}  {accuracy['mean']:>12.4f}  {loss['mean']:>10.4f}")
-        print(f"{'± std':>6}  {accuracy['std']:>12.4f}  {loss['std']:>10.4f}")
+        print(f"{row['seed']:>6}  " + "  ".join(f"{row[name]:>14.4f}" for name in (headline, *others))
+              + f"  {row['weights_sha256'][:12]}")
+    stats = [study["statistics"][name] for name in (headline, *others)]
+    if stats[0]["std"] is not None:
+        print(f"{'mean':>6}  " + "  ".join(f"{s['mean']:>14.4f}" for s in stats))
+        print(f"{'± std':>6}  " + "  ".join(f"{s['std']:>14.4f}" for s in stats))
+        low, high = stats[0]["ci95"]
+        print(f"{headline}: {stats[0]['mean']:.4f}, 95 % confidence interval [{low:.4f}, {high:.4f}] "
+              f"over {len(study['runs'])} seeds")
+
+
+def shared_config_of_runs(out: Path, seeds: list[int]) -> dict:
+    """--summarise: the settings the seeds' runs share (all but the seed), refusing runs that differ."""
+    configs = {}
+    for seed in seeds:
+        try:
+            configs[seed] = Config.from_dict(read_run(out / f"seed-{seed}").config)[0].to_dict()
+        except RunError as error:
+            refuse(str(error))
+        except (TypeError, ValueError) as error:
+            refuse(f"{out / f'seed-{seed}' / 'config.json'}: {error}")
+        if configs[seed]["seed"] != seed:
+            refuse(f"{out / f'seed-{seed}'} holds the run of seed {configs[seed]['seed']}, not {seed}")
+    shared = {key: value for key, value in configs[seeds[0]].items() if key != "seed"}
+    for seed, config in configs.items():
+        changed = result_differences(shared, {key: value for key, value in config.items() if key != "seed"})
+        if changed:
+            refuse(f"the runs of seeds {seeds[0]} and {seed} differ in more than the seed: {'; '.join(changed)}")
+    return shared
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description="Train one run per seed and summarise them; the "
-                                     "other flags are train's (python -m {{ cookiecutter.project_slug }}.train --help)",
-                                     allow_abbrev=False)
+    parser = make_parser("study", "Train one run per seed and summarise them; the other flags are train's "
+                         f"({prog('train')} --help)")
     parser.add_argument("--seeds", required=True, help="seeds and ranges, such as 0-4 or 0,1,7")
     parser.add_argument("--out", type=Path, required=True, help="the study folder")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (default: 1)")
-    parser.error = lambda message: refuse(message)
+    parser.add_argument("--metric", default=None, help="the headline figure (default: the task's HEADLINE_METRIC)")
+    parser.add_argument("--summarise", action="store_true", help="train nothing: summarise the seed folders "
+                        "already in --out, trained elsewhere (default: off)")
     args, flags = parser.parse_known_args(argv)
     try:
         seeds = parse_seeds(args.seeds)
@@ -202,30 +237,52 @@ def main(argv: list[str] | None = None) -> int:
         refuse(str(error))
     if args.jobs < 1:
         refuse(f"--jobs must be at least 1, not {args.jobs}")
+    if args.summarise:
+        if flags:
+            refuse(f"--summarise trains nothing: leave out {flags[0]}")
+        shared, seconds = shared_config_of_runs(args.out, seeds), None
+    else:
+        shared, seconds = train_seeds(args, seeds, flags)
+        if seconds is None:
+            return 1
+    study = summarise(args.out, seeds, shared, seconds, args.metric)
+    print_table(study)
+    written = [args.out / "study.json", args.out / "study.csv"]
+    try:
+        from .plot import save_picture, study_series
+
+        problem = save_picture({args.out.name: study_series(args.out)}, args.out / "study.png",
+                               title=f"{args.out.name}: {len(seeds)} seeds")
+        if problem:
+            print(f"no study.png: {problem}")
+        else:
+            written.append(args.out / "study.png")
+    except ImportError:
+        print("no study.png: matplotlib is not installed (python -m pip install matplotlib)")
+    print("wrote " + ", ".join(str(path) for path in written))
+    return 0
+
+
+def train_seeds(args, seeds: list[int], flags: list[str]) -> tuple[dict, float | None]:
+    """Trains what each seed needs; (the shared settings, seconds), or seconds None if a run failed."""
     config = Config(**training_settings(flags))
     if config.problem():
         refuse(config.problem())
     shared = {key: value for key, value in config.to_dict().items() if key != "seed"}
     recorded = check_study_folder(args.out, shared)
-    (args.out / "logs").mkdir(parents=True, exist_ok=True)
-    if recorded is None:
-        write_json(args.out / "study.json", {"config": shared, "seeds": seeds, "runs": None})
-
-    start = time.perf_counter()
-    failed = run_seeds(seeds, args.out, flags, args.jobs)
-    if failed:
-        print(f"{PROG}: error: the run of seed {failed[0]} failed; see {args.out / 'logs' / f'seed-{failed[0]}.log'}",
-              file=sys.stderr)
-        return 1
-    study = summarise(args.out, seeds, shared, time.perf_counter() - start)
-    print_table(study)
     try:
-        from .plot import draw, study_series
-
-        draw({}, {str(args.out): study_series(args.out)}, args.out / "study.png")
-    except ImportError:
-        print("no study.png: matplotlib is not installed (python -m pip install matplotlib)")
-    return 0
+        (args.out / "logs").mkdir(parents=True, exist_ok=True)
+        if recorded is None:
+            write_json(args.out / "study.json", {"config": shared, "seeds": seeds, "runs": None})
+    except OSError as error:
+        refuse(f"--out {args.out}: cannot write there ({error.strerror or error})")
+    start = time.perf_counter()
+    failed = run_seeds(seeds, args.out, flags, args.jobs, args.metric)
+    if failed:
+        print(f"{prog('study')}: error: the run of seed {failed[0]} failed; see "
+              f"{args.out / 'logs' / f'seed-{failed[0]}.log'}", file=sys.stderr)
+        return shared, None
+    return shared, time.perf_counter() - start
 
 
 if __name__ == "__main__":

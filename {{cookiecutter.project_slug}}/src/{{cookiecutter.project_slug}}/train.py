@@ -1,46 +1,47 @@
-"""Trains the model reproducibly; every run writes a folder that records what it did (runs.py).
+"""Trains the model reproducibly; every run writes a folder that records what it did.
 
     python -m {{ cookiecutter.project_slug }}.train --seed 42 --out runs/a
     python -m {{ cookiecutter.project_slug }}.train --seed 42 --out runs/b   # the same weights_sha256 as runs/a
     python -m {{ cookiecutter.project_slug }}.train --out runs/a --resume    # after a crash or preemption
     torchrun --standalone --nproc-per-node 2 -m {{ cookiecutter.project_slug }}.train --out runs/ddp
 
-Read main() from the top: determinism, seed, data, model, optimizer; then for each epoch: train
-one epoch, evaluate, checkpoint; then the summary. Your data and model go in data.py
-(make_datasets) and model.py (make_model); nothing below is specific to the example.
+Read it from the top. main() checks the command line, then sets determinism and threads. train()
+seeds, builds the data and the model from task.py and checks the task on a few samples; then, for
+each epoch: the training steps (a checkpoint when one is due, a stop when one is asked for),
+evaluation, a checkpoint at the epoch's end; then model.pt and summary.json. What a step does is
+in engine/loop.py; nothing here or there is specific to the example task.
 """
 
 from __future__ import annotations
 
+import math
 import signal
 import sys
 import time
-from collections.abc import Callable
+from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
-from .checkpoint import TrainingState, save_checkpoint
-from .config import PROG, Config
-from .data import make_datasets
-from .model import make_model
-from .runs import MetricsLog, write_result
-from .start import Plan, device_and_folder_problem, plan_run, refuse_if, start_run_folder
-from .tracking import make_trackers
-from .utils import distributed
-from .utils.device import to_device
-from .utils.loader import make_loader
-from .utils.precision import autocast, compile_failure, compile_model, make_scaler
-from .utils.repro import (
-    configure_determinism,
-    explain_nondeterministic_error,
-    restore_rng_state,
-    seed_everything,
-)
-from .utils.signals import StopSignals
+from . import task
+from .config import Config
+from .engine import distributed
+from .engine.checkpoint import TrainingState, save_checkpoint
+from .engine.cli import prog
+from .engine.contract import TaskError, check_task
+from .engine.environment import describe_environment, environment_changes
+from .engine.files import write_json
+from .engine.loader import make_loader
+from .engine.loop import StepRows, evaluate, training_steps
+from .engine.optim import make_optimizer
+from .engine.plan import Plan, device_and_folder_problem, plan_run, refuse, refuse_if, say
+from .engine.precision import compile_failure, compile_model, make_scaler
+from .engine.repro import configure_determinism, explain_nondeterministic_error, seed_everything
+from .engine.run_folder import MetricsLog, clear_run_files, write_error_log, write_result
+from .engine.signals import StopSignals
+from .engine.tracking import make_trackers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,95 +57,143 @@ def main(argv: list[str] | None = None) -> int:
     # 3. Mixed precision and compilation depend on the device: checked now that CUDA may start.
     refuse_if(device_and_folder_problem(plan))
     if config.world_size > 1:
-        distributed.start(plan.device)
+        distributed.join(plan.device)
     try:
         return train(plan)
-    except RuntimeError as error:  # strict mode refused an op, or compiling failed: one line, not a traceback
-        explanation = explain_nondeterministic_error(error, plan.device.type)
-        if explanation is None and compile_failure(error) is None:
-            raise
-        print(f"{PROG}: error: {explanation or compile_failure(error)}", file=sys.stderr)
-        return 1 if explanation else 2
+    except TaskError as error:  # before the run folder holds anything
+        refuse(f"the task does not keep its promises: {error}")
+    except Exception as error:  # the task's code (data, model) failed before the first step
+        return failed(plan, error, step=0, checkpoint=None)
     finally:
-        distributed.stop()
+        distributed.leave()
 
 
 def train(plan: Plan) -> int:
     config, device, out = plan.config, plan.device, plan.out
-    is_main = distributed.rank() == 0
-    # 4. Seeds last, right before the first draw: the model's initial weights. Every rank starts
-    #    from the same weights.
+    # 4. Seeds right before the first draws: the model's initial weights, the same on every rank.
     seed_everything(config.seed)
-    train_set, val_set = make_datasets(config)
-    train_loader, val_loader = make_loaders(train_set, val_set, config)
-    model = make_model(config).to(device)
-    optimizer, scheduler = make_optimizer(model, config, steps=config.epochs * len(train_loader))
+    train_set, val_set = task.make_datasets(config)
+    model = task.make_model(config, train_set).to(device)
+    train_loader, val_loader = make_loaders(first(train_set, config.max_samples),
+                                            first(val_set, config.max_samples), config)
+    names = check_task(task, model, val_loader, device, config.precision)  # one line and exit 2 if not
+    optimizer, scheduler = make_optimizer(model, config, steps=config.epochs * steps_per_epoch(train_loader, config))
     state = TrainingState(model, optimizer, scheduler, make_scaler(config.precision, device))
-    log = MetricsLog(out / "metrics.csv", rows=0, writes=is_main)
-    if plan.checkpoint is not None:
-        state.load_checkpoint(plan.checkpoint)
-        log.rows = state.metrics_rows
-        # Last: building the data and the model drew random numbers too.
-        restore_rng_state(plan.checkpoint["rng"][distributed.rank()])
-    start_run_folder(plan, log, is_main)
-    log.trackers = make_trackers(config, out, is_main)  # after the folder is ready: --tensorboard writes there
-
-    started, result = time.perf_counter(), None
+    if plan.resume_from is not None:
+        state.load_checkpoint(plan.resume_from)
+    log = MetricsLog(out / "metrics.csv", names, rows=state.metrics_rows, writes=distributed.rank() == 0)
+    open_run_folder(plan, log, distributed.rank() == 0)
+    log.trackers = make_trackers(config, out, distributed.rank() == 0)  # --tensorboard writes into the folder
+    started = time.perf_counter()
     with StopSignals() as signals, log:
-        def stop_here() -> bool:
-            """After each step: checkpoint when due; True when the run must stop now."""
-            stop = distributed.any_rank(signals.signum is not None, device) or state.step == plan.stop_after_steps
-            every, end_of_epoch = config.checkpoint_every, state.batch == len(train_loader)
-            if stop or (every and state.step % every == 0 and not end_of_epoch):
-                plan.last_checkpoint = checkpoint(state, config, plan, log, started)
-            return stop
-
-        model_to_train = prepare_for_training(model, config, device)
-        while state.epoch < config.epochs:
-            train_loss = train_one_epoch(model_to_train, train_loader, state, log, device, config.precision, stop_here)
-            if train_loss is None:
-                return stopped(plan, signals.signum, state.step, is_main)
-            result = None
-            if state.epoch == config.epochs - 1 or (config.eval_every and (state.epoch + 1) % config.eval_every == 0):
-                result = evaluate(model, val_loader, device, config.precision)
-                log.write(state.epoch, state.step, "val", result["loss"], result["accuracy"])
-            report_epoch(state, config, train_loss, result)
-            state.epoch, state.batch = state.epoch + 1, 0
-            checkpoint(state, config, plan, log, started)
-
-    if result is None:  # resumed from the checkpoint after the last epoch, whose evaluation was
-        result = evaluate(model, val_loader, device, config.precision)  # not saved; evaluating again changes nothing
+        ended, figures = train_epochs(plan, state, train_loader, val_loader, log, signals)
+    if ended is not None:
+        return ended  # stopped by a signal or --stop-after-steps, or failed
+    if figures is None:  # resumed from the checkpoint after the last epoch, whose evaluation was not
+        figures = evaluate(model, val_loader, task, device, config.precision)  # saved; evaluating again changes nothing
     seconds = state.train_seconds + time.perf_counter() - started
-    if is_main:
-        summary = write_result(out, plan.config, plan.device, model.state_dict(), state.step, seconds, result)
-        print(f"weights_sha256 {summary['weights_sha256']}  val_accuracy {result['accuracy']:.4f}  "
+    if distributed.rank() == 0:
+        summary = write_result(out, config, device, model.state_dict(), state.step, seconds, figures,
+                               task.HEADLINE_METRIC)
+        headline = task.HEADLINE_METRIC
+        print(f"weights_sha256 {summary['weights_sha256']}  val_{headline} {figures[headline]:.4f}  "
               f"train_seconds {seconds:.1f}  -> {out}")
     return 0
 
 
-def make_optimizer(model: nn.Module, config: Config, steps: int):
-    """SGD with momentum, and a one-cycle learning-rate schedule over all `steps` of the run."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
-                                weight_decay=config.weight_decay)
-    return optimizer, torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=config.lr, total_steps=steps)
+def train_epochs(plan: Plan, state: TrainingState, train_loader: DataLoader, val_loader: DataLoader,
+                 log: MetricsLog, signals: StopSignals) -> tuple[int | None, dict | None]:
+    """The epochs from `state`'s position on: (the exit status if the run stopped early, else None;
+    the last evaluation's figures)."""
+    config, device = plan.config, plan.device
+    rows, per_epoch = StepRows(log, task, device, config.log_every), steps_per_epoch(train_loader, config)
+    started, saved_step, figures = time.perf_counter(), state.step, None
+
+    def checkpoint() -> Path | None:
+        """Saves the state now (rank 0 writes); the rows it counts are on disk before it is."""
+        nonlocal saved_step
+        rows.flush()
+        state.metrics_rows, saved_step = log.rows, state.step
+        log.sync()
+        seconds = state.train_seconds + time.perf_counter() - started
+        if distributed.rank() != 0:
+            return None
+        return save_checkpoint(plan.out / "checkpoints", state.to_checkpoint(config.to_dict(), seconds))
+
+    try:
+        model = prepare_for_training(state.model, config, device)
+        while state.epoch < config.epochs:
+            bar = tqdm(total=per_epoch, initial=state.epoch_step, desc=f"epoch {state.epoch + 1}", leave=False,
+                       disable=not sys.stderr.isatty())
+            for sums in training_steps(model, train_loader, state, config, task, device):
+                rows.add(state.epoch, state.step, sums)
+                bar.update()
+                if distributed.any_rank(signals.signum is not None) or state.step == plan.stop_after_steps:
+                    bar.close()  # the message below starts on a fresh line
+                    return stopped(plan, signals.signum, state.step, checkpoint()), None
+                if config.checkpoint_every and state.step % config.checkpoint_every == 0 \
+                        and state.epoch_step < per_epoch:  # the epoch's end has its own, below
+                    checkpoint()
+            bar.close()
+            rows.flush()
+            figures = evaluate(state.model, val_loader, task, device, config.precision) \
+                if evaluation_due(state.epoch, config) else None
+            if figures is not None:
+                log.write(state.epoch, state.step, "val", figures)
+            report_epoch(state, config, rows.epoch_losses, figures)
+            state.epoch, state.epoch_step, rows.epoch_losses = state.epoch + 1, 0, []
+            checkpoint()
+    except Exception as error:  # the task's code failed: keep what the run has done, then say where
+        return failed(plan, error, state.step, checkpoint_after_failure(checkpoint, state.step > saved_step)), None
+    return None, figures
+
+
+def steps_per_epoch(train_loader: DataLoader, config: Config) -> int:
+    """Optimizer steps in a whole epoch: the loader's micro-batches, --accumulate at a time."""
+    return math.ceil(len(train_loader) / config.accumulate)
+
+
+def evaluation_due(epoch: int, config: Config) -> bool:
+    return epoch == config.epochs - 1 or bool(config.eval_every and (epoch + 1) % config.eval_every == 0)
+
+
+def first(dataset: Dataset, limit: int) -> Dataset:
+    """The first `limit` samples of `dataset` (--max-samples; 0: all of them)."""
+    return Subset(dataset, range(limit)) if 0 < limit < len(dataset) else dataset
 
 
 def make_loaders(train_set: Dataset, val_set: Dataset, config: Config) -> tuple[DataLoader, DataLoader]:
     """Loaders whose order and random draws are functions of the seed, whatever the worker count
-    (see utils/loader.py); under torchrun each rank loads its share."""
+    (see engine/loader.py); under torchrun each rank loads its share of every global batch."""
     loading = {"num_workers": config.num_workers, "persistent_workers": config.persistent_workers,
                "prefetch_factor": config.prefetch_factor, "rank": distributed.rank(), "world_size": config.world_size}
-    return (make_loader(train_set, config.batch_size, config.seed, train=True, **loading),
+    return (make_loader(train_set, config.micro_batch_size, config.seed, train=True, **loading),
             make_loader(val_set, config.val_batch_size, config.seed, train=False, **loading))
 
 
-def report_epoch(state: TrainingState, config: Config, train_loss: float, result: dict | None) -> None:
-    if distributed.rank() != 0:
+def open_run_folder(plan: Plan, log: MetricsLog, is_main: bool) -> None:
+    """A new run writes its config, environment and an empty metrics.csv; a resumed one cuts
+    metrics.csv back to what its checkpoint counted, and warns if the environment changed."""
+    if not is_main:
         return
-    line = f"epoch {state.epoch + 1}/{config.epochs}  step {state.step}  train_loss {train_loss:.4f}"
-    if result is not None:
-        line += f"  val_loss {result['loss']:.4f}  val_accuracy {result['accuracy']:.4f}"
-    print(line, flush=True)
+    environment = describe_environment(plan.device, plan.config.world_size, distributed.backend())
+    if plan.resume_from is None:
+        clear_run_files(plan.out)  # --overwrite: the earlier run's files, and only those
+        write_json(plan.out / "config.json", plan.config.to_dict())
+        write_json(plan.out / "environment.json", environment)
+        log.create()
+        return
+    log.cut_back()
+    if plan.settings_added:  # a run recorded before these settings existed: their defaults, recorded now
+        write_json(plan.out / "config.json", plan.config.to_dict())
+        say(f"note: {plan.out}/config.json did not record {', '.join(plan.settings_added)} (the run is older than "
+            "these settings): their defaults are taken and recorded")
+    print(f"resuming from {plan.resume_path} (epoch {plan.resume_from['epoch'] + 1}, "
+          f"step {plan.resume_from['step']})", flush=True)
+    changed = environment_changes(plan.out, environment)
+    if changed:
+        say(f"warning: resuming in another environment ({'; '.join(changed)}): the result may differ from a "
+            "run that never stopped")
 
 
 def prepare_for_training(model: nn.Module, config: Config, device: torch.device) -> nn.Module:
@@ -154,85 +203,77 @@ def prepare_for_training(model: nn.Module, config: Config, device: torch.device)
     return compile_model(wrapped) if config.compile else wrapped
 
 
-def train_one_epoch(model: nn.Module, loader: DataLoader, state: TrainingState, log: MetricsLog,
-                    device: torch.device, precision: str, stop_here: Callable[[], bool]) -> float | None:
-    """Trains from `state`'s position to the end of its epoch. Returns the mean training loss of
-    the steps it ran, or None if stop_here() asked to stop early."""
-    model.train()
-    loader.sampler.set_epoch(state.epoch, start=state.batch * loader.batch_size)
-    losses = []
-    progress = tqdm(loader, desc=f"epoch {state.epoch + 1}", leave=False, disable=not sys.stderr.isatty())
-    for batch in progress:
-        inputs, targets = to_device(batch, device)
-        with autocast(precision, device):
-            outputs = model(inputs)
-            # F.cross_entropy, like nn.CrossEntropyLoss(), holds no parameters: nothing to move to the device.
-            loss = F.cross_entropy(outputs, targets)
-        state.optimizer.zero_grad(set_to_none=True)
-        state.scaler.scale(loss).backward()  # with fp32 and bf16 the scaler passes the loss through
-        state.scaler.step(state.optimizer)
-        state.scaler.update()
-        state.scheduler.step()
-        state.step, state.batch = state.step + 1, state.batch + 1
-        accuracy = (outputs.argmax(dim=1) == targets).float().mean()
-        loss_value, accuracy_value = distributed.mean_over_ranks([loss.item(), accuracy.item()], device)
-        log.write(state.epoch, state.step, "train", loss_value, accuracy_value)
-        losses.append(loss_value)
-        if stop_here():
-            progress.close()
-            return None
-    return sum(losses) / max(len(losses), 1)
-
-
-def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, precision: str = "fp32") -> dict[str, float]:
-    """Mean loss and accuracy over `loader`.
-
-    Runs in eval mode (dropout off, BatchNorm uses its running statistics and does not update
-    them) without gradients, draws no random number, and restores the mode it found.
-    """
-    was_training = model.training
-    model.eval()
-    loss_sum, correct, count = 0.0, 0, 0
-    try:
-        with torch.no_grad():
-            for batch in loader:
-                inputs, targets = to_device(batch, device)
-                with autocast(precision, device):
-                    outputs = model(inputs)
-                    loss_sum += F.cross_entropy(outputs, targets, reduction="sum").item()
-                correct += int((outputs.argmax(dim=1) == targets).sum())
-                count += len(targets)
-    finally:
-        model.train(was_training)
-    # Under torchrun each rank saw its own share: add them up.
-    loss_sum, correct, count = distributed.sum_over_ranks([loss_sum, correct, count], device)
-    return {"loss": loss_sum / count, "accuracy": correct / count}
-
-
-def checkpoint(state: TrainingState, config: Config, plan: Plan, log: MetricsLog, started: float):
-    """Every rank takes part (their RNG states are gathered); rank 0 writes. Returns the path."""
-    rng_states = distributed.rng_states_of_all_ranks()
-    state.metrics_rows = log.rows
-    log.sync()  # the rows the checkpoint counts are on disk before it is
-    seconds = state.train_seconds + time.perf_counter() - started
+def report_epoch(state: TrainingState, config: Config, losses: list[float], figures: dict | None) -> None:
     if distributed.rank() != 0:
-        return None
-    return save_checkpoint(plan.out / "checkpoints", state.to_checkpoint(rng_states, config.to_dict(), seconds))
+        return
+    mean = sum(losses) / max(len(losses), 1)
+    line = f"epoch {state.epoch + 1}/{config.epochs}  step {state.step}  train_loss {mean:.4f}"
+    for name, value in (figures or {}).items():
+        line += f"  val_{name} {value:.4f}"
+    print(line, flush=True)
 
 
-def stopped(plan: Plan, signum: int | None, step: int, is_main: bool) -> int:
+def stopped(plan: Plan, signum: int | None, step: int, checkpoint: Path | None) -> int:
     """Says where the run stopped and how to continue; the exit status (128 + signal number)."""
-    again = (f"{PROG} --out {plan.out} --resume" if plan.config.world_size == 1
-             else "the same torchrun command plus --resume")
+    again = resume_command(plan)
     if signum is None and step == plan.stop_after_steps:
-        if is_main:
-            print(f"stopped after step {step} as asked, checkpoint {plan.last_checkpoint}; continue with: {again}")
+        if distributed.rank() == 0:
+            print(f"stopped after step {step} as asked, checkpoint {checkpoint}; continue with: {again}")
         return 0
     signum = signum or signal.SIGTERM  # a rank told by another rank
-    if is_main:  # train_one_epoch has closed its progress bar, so this starts on a fresh line
-        print(f"{signal.Signals(signum).name}: stopped after step {step}, checkpoint {plan.last_checkpoint}; "
+    if distributed.rank() == 0:
+        print(f"{signal.Signals(signum).name}: stopped after step {step}, checkpoint {checkpoint}; "
               f"continue with: {again}", file=sys.stderr)
     return 128 + signum
+
+
+def checkpoint_after_failure(checkpoint, new_steps: bool) -> Path | None:
+    """A checkpoint of the last completed step, if steps were taken since the last one and it can
+    still be written (under torchrun, a rank that failed may have left the others unable to)."""
+    if not new_steps:
+        return None
+    try:
+        return checkpoint()
+    except Exception:  # the failure itself may prevent it; the newest earlier checkpoint stands
+        return None
+
+
+def failed(plan: Plan, error: BaseException, step: int, checkpoint: Path | None) -> int:
+    """One line naming what failed and where; the traceback into the run folder's error.log. A run
+    that had not taken a step leaves nothing a plain rerun would refuse to replace."""
+    explanation = explain_nondeterministic_error(error, plan.device.type)  # strict mode refused an op
+    compile_problem = compile_failure(error)
+    what = explanation or compile_problem or describe_error(error)
+    if step == 0 and plan.resume_from is None and distributed.rank() == 0 and plan.out.is_dir():
+        clear_run_files(plan.out)  # nothing of value yet
+    log = write_error_log(plan.out, error) if distributed.rank() == 0 and plan.out.is_dir() else None
+    where = f"stopped at step {step}" if step else "failed before its first step"
+    kept = (f"checkpoint {checkpoint}; once fixed, continue with: {resume_command(plan)}" if checkpoint
+            else "nothing to resume; once fixed, run the same command again" if not step and not plan.resume_from
+            else f"its newest checkpoint stands; once fixed, continue with: {resume_command(plan)}")
+    print(f"{prog('train')}: error: {where}: {what}" + (f"; traceback in {log}" if log else "") + f"; {kept}",
+          file=sys.stderr)
+    return 2 if compile_problem else 1
+
+
+def describe_error(error: BaseException) -> str:
+    """What failed, in a few words: the sample and its error for a dataset (in a loader worker too),
+    else the error and the innermost line of code it came from."""
+    text = str(error).strip()
+    if "SampleError" in type(error).__name__ or "SampleError: " in text:
+        sample = text.rsplit("SampleError: ", 1)[-1].splitlines()[0]
+        return f"the dataset failed on {sample}"
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    where = f" (in {Path(frame.tb_frame.f_code.co_filename).name}, line {frame.tb_lineno})" if frame else ""
+    return f"{type(error).__name__}: {(text.splitlines() or [''])[0][:300]}{where}"
+
+
+def resume_command(plan: Plan) -> str:
+    if plan.config.world_size == 1:
+        return f"{prog('train')} --out {plan.out} --resume"
+    return "the same torchrun command plus --resume"
 
 
 if __name__ == "__main__":

@@ -4,33 +4,32 @@
     python -m {{ cookiecutter.project_slug }}.verify runs/a --steps 20   # only its first 20 steps
 
 The re-run goes into a scratch folder (RUN_DIR is never touched) with the flags recorded in
-RUN_DIR/config.json; a run made by torchrun on one machine is re-run under torchrun, with its
-world size. Prints REPRODUCED and the weight hash, exit 0; or the first step where the
-two runs part (metric and both values), exit 1. The environments are compared first: bitwise
-equality is promised only on the same machine and software stack. A bad RUN_DIR: one line, exit 2.
+RUN_DIR/config.json (a setting the run did not record, being older than it, takes its default);
+a run made by torchrun on one machine is re-run under torchrun, with its world size. Prints
+REPRODUCED and the weight hash, exit 0; or the first step where the two runs part (metric and
+both values), exit 1. The environments are compared first: bitwise equality is promised only on
+the same machine and software stack. A run that cannot be verified (a bad RUN_DIR, settings this
+code does not know, a re-run that fails): one line, exit 2.
 """
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-from .runs import ENVIRONMENT_KEYS, Run, RunError, differences, first_divergence, read_run, start_training
-
-PACKAGE = "{{ cookiecutter.project_slug }}"
-PROG = f"python -m {PACKAGE}.verify"
+from .engine.cli import make_parser, refuse
+from .engine.environment import differences, environment_differences
+from .engine.launch import launch_training
+from .engine.runs import Run, RunError, first_divergence, read_run
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description="Re-run a recorded run and compare step by step.",
-                                     allow_abbrev=False)
+    parser = make_parser("verify", "Re-run a recorded run and compare step by step.")
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     parser.add_argument("--steps", type=int, default=None, help="verify only the first N optimizer steps")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder of the re-run")
-    parser.error = lambda message: parser.exit(2, f"{PROG}: error: {message}\n")
     args = parser.parse_args(argv)
     if args.steps is not None and args.steps < 1:
         parser.error(f"--steps must be at least 1, not {args.steps}")
@@ -48,25 +47,35 @@ def main(argv: list[str] | None = None) -> int:
             else f"all {recorded_steps} steps")
     print(f"re-running {what} of {args.run_dir} in a fresh process...", flush=True)
     code, lines = verify(original, args.steps, keep=args.keep)
+    if code == 2:
+        refuse("verify", lines[-1])
     print("\n".join(lines))
     return code
 
 
 def verify(original: Run, steps: int | None = None, keep: bool = False) -> tuple[int, list[str]]:
-    """Re-runs `original` in a fresh process in a scratch folder and compares: (exit code, report)."""
+    """Re-runs `original` in a fresh process in a scratch folder and compares: (exit code, report).
+    Exit code 2 means it could not be verified; the last line then says why."""
     from .config import Config, config_to_flags  # imported here: torch, which a bad RUN_DIR never needs
 
+    try:
+        config, added = Config.from_dict(original.config)
+    except (TypeError, ValueError) as error:
+        return 2, [f"{original.path / 'config.json'}: {error}"]
+    notes = ([f"note: the run did not record {', '.join(added)} (it is older than these settings): "
+              "re-run with their defaults"] if added else [])
     scratch = Path(tempfile.mkdtemp(prefix="verify-"))
     try:
-        flags = [*config_to_flags(Config.from_dict(original.config)), "--out", str(scratch / "run")]
+        flags = [*config_to_flags(config), "--out", str(scratch / "run")]
         if steps is not None:
             flags += ["--stop-after-steps", str(steps)]
-        process = start_training(*flags, world_size=int(original.config.get("world_size", 1)))
+        process = launch_training(*flags, world_size=config.world_size)
         _, stderr = process.communicate()
         if process.returncode != 0:
             last = (stderr.strip().splitlines() or ["(no output)"])[-1]
-            return 1, [f"NOT REPRODUCED: the re-run failed: {last}"]
-        return report(original, read_run(scratch / "run"), steps)
+            return 2, [*notes, f"cannot verify: the re-run failed: {last}"]
+        rerun = read_run(scratch / "run")
+        return report(original, config.to_dict(), rerun, steps, notes)
     finally:
         if keep:
             print(f"re-run kept in {scratch / 'run'}")
@@ -74,21 +83,21 @@ def verify(original: Run, steps: int | None = None, keep: bool = False) -> tuple
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def report(original: Run, rerun: Run, steps: int | None) -> tuple[int, list[str]]:
-    lines = []
-    environment = differences(original.environment, rerun.environment, ENVIRONMENT_KEYS)
+def report(original: Run, config: dict, rerun: Run, steps: int | None, lines: list[str]) -> tuple[int, list[str]]:
+    """`config`: the original's settings, with the defaults of those it did not record."""
+    lines = list(lines)
+    environment = environment_differences(original.environment, rerun.environment)
     if environment:
         lines.append("environment differs, so PyTorch does not promise bitwise equality:")
         lines += [f"  {line}" for line in environment]
     else:
         lines.append("environment: the same (python, torch, numpy, CUDA, cuDNN, device, threads, hash seed, flags)")
-    config = differences(original.config, rerun.config)
-    if config:
+    changed = differences(config, rerun.config)
+    if changed:
         lines.append("config differs (the code's fixed settings changed since the run):")
-        lines += [f"  {line}" for line in config]
+        lines += [f"  {line}" for line in changed]
 
-    expected = original.metrics[: len(rerun.metrics)] if steps is not None else original.metrics
-    divergence = first_divergence(expected, rerun.metrics)
+    divergence = first_divergence(original, rerun, rows=len(rerun.metrics) if steps is not None else None)
     if divergence is None and steps is None and original.weights != rerun.weights:
         divergence = f"final weights: {original.weights} vs {rerun.weights}"
     if divergence is not None:

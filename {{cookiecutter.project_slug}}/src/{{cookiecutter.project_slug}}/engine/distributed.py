@@ -8,6 +8,7 @@ gradients are averaged across processes after each backward pass.
 from __future__ import annotations
 
 import os
+from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 
 import torch
@@ -15,9 +16,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from .repro import capture_rng_state
-
 TIMEOUT = timedelta(minutes=5)  # a rank that stops answering fails the others instead of hanging them
+_host_group = None  # a gloo group for agreeing on host-side flags without waiting for the GPU
 
 
 def context() -> tuple[int, int, int]:
@@ -25,20 +25,26 @@ def context() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
-def start(device: torch.device) -> None:
+def join(device: torch.device) -> None:
     """Joins the process group: nccl between GPUs, gloo between CPU processes."""
+    global _host_group
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=TIMEOUT)
+    _host_group = dist.new_group(backend="gloo") if device.type == "cuda" else dist.group.WORLD
 
 
-def stop() -> None:
+def leave() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
 
 
 def rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
 
 
 def backend() -> str | None:
@@ -53,33 +59,28 @@ def wrap(model: nn.Module, device: torch.device) -> nn.Module:
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
-def any_rank(flag: bool, device: torch.device) -> bool:
+def no_sync(model: nn.Module, last_micro_batch: bool) -> AbstractContextManager:
+    """Within an accumulation window, DDP's gradient all-reduce is needed after the last
+    micro-batch's backward pass only: the others add up locally."""
+    if isinstance(model, DistributedDataParallel) and not last_micro_batch:
+        return model.no_sync()
+    return nullcontext()
+
+
+def any_rank(flag: bool) -> bool:
     """True on every rank if it is true on any: ranks must stop at the same step, or the next
-    gradient all-reduce waits for a rank that has left."""
+    gradient all-reduce waits for a rank that has left. Agreed through the CPU, so the host never
+    waits for the GPU."""
     if not dist.is_initialized():
         return flag
-    value = torch.tensor([int(flag)], device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    value = torch.tensor([int(flag)])
+    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=_host_group)
     return bool(value.item())
 
 
-def sum_over_ranks(values: list[float], device: torch.device) -> list[float]:
-    if not dist.is_initialized():
-        return values
-    tensor = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(tensor)
-    return tensor.tolist()
-
-
-def mean_over_ranks(values: list[float], device: torch.device) -> list[float]:
-    world_size = dist.get_world_size() if dist.is_initialized() else 1
-    return [value / world_size for value in sum_over_ranks(values, device)]
-
-
-def rng_states_of_all_ranks() -> list[dict]:
-    """Every rank's RNG state, gathered on rank 0 (a list on rank 0, [] elsewhere)."""
-    if not dist.is_initialized():
-        return [capture_rng_state()]
-    states = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(capture_rng_state(), states, dst=0)
-    return states or []
+def sum_over_ranks(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Each tensor summed over every rank (in place; a no-op in one process)."""
+    if dist.is_initialized():
+        for tensor in tensors.values():
+            dist.all_reduce(tensor)
+    return tensors

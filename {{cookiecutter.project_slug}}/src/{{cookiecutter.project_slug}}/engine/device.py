@@ -30,40 +30,39 @@ def available_devices() -> list[str]:
     return devices
 
 
-def select_device(spec: str = "auto") -> torch.device:
-    """Parses a device request: auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps.
+def device_name(spec: str) -> str:
+    """'CPU', ' cuda:0 ' -> 'cpu', 'cuda:0': the one spelling of a device request, so that config.json
+    and `compare` see one setting, not two. ValueError (one line) for what is no device name."""
+    name = spec.strip().lower()
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:[0-9]+)?", name):
+        hint = " (one process uses one GPU; for several, launch with torchrun)" if "," in name else ""
+        raise ValueError(f"{spec!r} is not one of auto, cpu, cuda, cuda:N, mps{hint}")
+    return name
 
-    Raises ValueError, listing what is available, for a request this machine cannot meet.
+
+def select_device(spec: str = "auto") -> torch.device:
+    """The device a request names: auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps.
+
+    Only asks what exists (CUDA stays uninitialised). Raises ValueError, listing what is
+    available, for a request this machine cannot meet.
     """
-    request = spec.strip().lower()
-    if request == "auto":
+    name = device_name(spec)
+    available = f"available: {', '.join(available_devices())}"
+    if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", 0)
         if torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    if request == "cpu":
-        return torch.device("cpu")
-    if request == "mps":
-        if not torch.backends.mps.is_available():
-            raise ValueError(f"device 'mps' is not available here; available: {', '.join(available_devices())}")
-        return torch.device("mps")
-
-    match = re.fullmatch(r"cuda(?::([0-9]+))?", request)
-    if match is None:
-        hint = " (one process uses one GPU; for several, launch with torchrun)" if "," in request else ""
-        raise ValueError(
-            f"device {spec!r} is not one of auto, cpu, cuda, cuda:N, mps{hint}; "
-            f"available: {', '.join(available_devices())}"
-        )
-    if not torch.cuda.is_available():
-        raise ValueError(
-            f"device {spec!r} asks for CUDA, which is not available here; available: {', '.join(available_devices())}"
-        )
-    index = int(match.group(1) or 0)
-    if index >= torch.cuda.device_count():
-        raise ValueError(f"device {spec!r} is out of range; available: {', '.join(available_devices())}")
-    return torch.device("cuda", index)
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device 'mps' is not available here; {available}")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {spec!r} asks for CUDA, which is not available here; {available}")
+        if torch.device(name).index is not None and torch.device(name).index >= torch.cuda.device_count():
+            raise ValueError(f"device {spec!r} is out of range; {available}")
+        return torch.device("cuda", torch.device(name).index or 0)
+    return torch.device(name)
 
 
 def restrict_visible_gpus(indices: Sequence[int]) -> None:

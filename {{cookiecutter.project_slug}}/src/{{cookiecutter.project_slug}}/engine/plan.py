@@ -1,7 +1,7 @@
-"""Starting or resuming a run: every check of the command line, before anything changes.
+"""What a train command will do, decided from its command line before anything changes.
 
-A mistake gets one line and exit 2, and an earlier run in --out is never touched. Under
-torchrun every rank makes the same checks; only rank 0 writes.
+Every check of the input happens here: a mistake gets one line and exit 2, and an earlier run in
+--out is never touched. Under torchrun every rank makes the same checks; only rank 0 writes.
 """
 
 from __future__ import annotations
@@ -12,37 +12,29 @@ from pathlib import Path
 
 import torch
 
-from . import DEFAULT_SEED
+from .. import DEFAULT_SEED
+from ..config import Config, parse_command_line, resume_config
+from . import distributed
 from .checkpoint import load_latest_checkpoint
-from .config import PROG, Config, parse_command_line, resume_config
-from .runs import (
-    MetricsLog,
-    RunError,
-    clear_run_files,
-    describe_environment,
-    environment_changes,
-    make_out_dir,
-    out_dir_refusal,
-    read_json,
-    write_json,
-)
+from .cli import refuse as refuse_with
+from .device import select_device
+from .precision import compile_problem, precision_problem
+from .run_folder import make_out_dir, out_dir_refusal
+from .runs import RunError, read_json
 from .tracking import tracking_problem
-from .utils import distributed
-from .utils.device import select_device
-from .utils.precision import compile_problem, precision_problem
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
     """What to run, decided from the command line."""
 
     config: Config
     out: Path
     device: torch.device
-    checkpoint: dict | None  # the checkpoint to resume from; None for a new run
+    resume_from: dict | None  # the checkpoint to continue from; None for a new run
+    resume_path: Path | None  # its file
     stop_after_steps: int | None
-    checkpoint_path: Path | None = None
-    last_checkpoint: Path | None = None  # the newest checkpoint this process wrote
+    settings_added: tuple[str, ...] = ()  # settings the resumed run's config.json lacked (recorded before they existed)
 
 
 def plan_run(argv: list[str] | None) -> Plan | None:
@@ -51,16 +43,18 @@ def plan_run(argv: list[str] | None) -> Plan | None:
     _, local_rank, world_size = distributed.context()
     out = args.out if args.out is not None else Path("runs") / f"seed{typed.get('seed', DEFAULT_SEED)}"
     checkpoint = path = None
+    added: list[str] = []
     if args.resume:
         if args.overwrite:
             refuse("--resume and --overwrite contradict each other: choose one")
-        config = resume_config_or_refuse(out, typed, world_size)
+        config, added = resume_config_or_refuse(out, typed, world_size)
         if (out / "summary.json").exists():
             print(f"the run in {out} is complete (summary.json exists): nothing to resume")
             return None
         newest = load_latest_checkpoint(out / "checkpoints")
         if newest is None:
-            refuse(f"--resume: no intact checkpoint in {out / 'checkpoints'}; start again with --overwrite")
+            refuse(f"--resume: no intact checkpoint in {out / 'checkpoints'} (the run stopped before its first one); "
+                   "start it again with --overwrite")
         checkpoint, path = newest
         if config.precision == "fp16" and not checkpoint.get("scaler"):
             refuse(f"--resume: {path} has no GradScaler state, which an fp16 run needs to continue exactly "
@@ -75,7 +69,7 @@ def plan_run(argv: list[str] | None) -> Plan | None:
             device = select_device(f"cuda:{local_rank}")
     except ValueError as error:
         refuse(str(error))
-    return Plan(config, out, device, checkpoint, args.stop_after_steps, path)
+    return Plan(config, out, device, checkpoint, path, args.stop_after_steps, tuple(added))
 
 
 def device_and_folder_problem(plan: Plan) -> str | None:
@@ -84,16 +78,18 @@ def device_and_folder_problem(plan: Plan) -> str | None:
     config = plan.config
     problem = precision_problem(config.precision, plan.device)
     problem = problem or (compile_problem(plan.device) if config.compile else None)
-    if problem is None and plan.checkpoint is None and distributed.context()[0] == 0:
+    if problem is None and plan.resume_from is None and distributed.context()[0] == 0:
         problem = make_out_dir(plan.out)
     return problem
 
 
-def resume_config_or_refuse(out: Path, typed: dict, world_size: int) -> Config:
-    """The recorded config with the typed execution-only changes; refuses contradicting settings,
-    on a finished run too."""
+def resume_config_or_refuse(out: Path, typed: dict, world_size: int) -> tuple[Config, list[str]]:
+    """The recorded config with the typed execution-only changes, and the settings it lacked;
+    refuses contradicting settings, on a finished run too."""
+    if out.exists() and not out.is_dir():
+        refuse(f"--resume: --out {out} is a file, not a run folder")
     try:
-        recorded = Config.from_dict(read_json(out / "config.json", required=True))
+        recorded, added = Config.from_dict(read_json(out / "config.json", required=True))
     except RunError as error:
         refuse(f"--resume: {error}")
     except (TypeError, ValueError) as error:
@@ -101,13 +97,12 @@ def resume_config_or_refuse(out: Path, typed: dict, world_size: int) -> Config:
     config, differing = resume_config(recorded, typed, world_size)
     if differing:
         refuse(f"--resume: the run in {out} was made with other settings: {'; '.join(differing)}")
-    return config
+    return config, added
 
 
 def refuse(message: str) -> None:
     """One line on stderr and exit 2, like argparse's own errors."""
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    sys.exit(2)
+    refuse_with("train", message)
 
 
 def refuse_if(message: str | None) -> None:
@@ -115,23 +110,7 @@ def refuse_if(message: str | None) -> None:
         refuse(message)
 
 
-def start_run_folder(plan: Plan, log: MetricsLog, is_main: bool) -> None:
-    """A new run writes its config, environment and an empty metrics.csv; a resumed one cuts
-    metrics.csv back to what its checkpoint counted, and warns if the environment changed."""
-    if not is_main:
-        return
-    environment = describe_environment(plan.device, plan.config.world_size,
-                                       distributed.backend())
-    if plan.checkpoint is None:
-        clear_run_files(plan.out)  # --overwrite: the earlier run's files, and only those
-        write_json(plan.out / "config.json", plan.config.to_dict())
-        write_json(plan.out / "environment.json", environment)
-        log.start()
-        return
-    log.cut_back()
-    print(f"resuming from {plan.checkpoint_path} (epoch {plan.checkpoint['epoch'] + 1}, "
-          f"step {plan.checkpoint['step']})", flush=True)
-    changed = environment_changes(plan.out, environment)
-    if changed:
-        print(f"warning: resuming in another environment ({'; '.join(changed)}): the result may differ from a "
-              "run that never stopped", file=sys.stderr)
+def say(message: str) -> None:
+    """A warning or note on stderr, from rank 0 only."""
+    if distributed.context()[0] == 0:
+        print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,33 @@
+"""What every command shares on its command line: its name, and one line and exit 2 for a mistake.
+
+A user's mistake (a bad flag, a missing folder, an unwritable place) gets one line on stderr,
+`python -m <package>.<command>: error: ...`, and exit 2, like argparse's own errors: never a
+traceback, never the usage block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+PACKAGE = "{{ cookiecutter.project_slug }}"
+
+
+def prog(command: str) -> str:
+    """How a command is typed: `python -m <package>.<command>`."""
+    return f"python -m {PACKAGE}.{command}"
+
+
+def refuse(command: str, message: str) -> NoReturn:
+    """One line on stderr and exit 2."""
+    print(f"{prog(command)}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_parser(command: str, description: str) -> argparse.ArgumentParser:
+    """An ArgumentParser whose errors are one line and exit 2. allow_abbrev=False: `--epoch` must
+    not quietly mean `--epochs`."""
+    parser = argparse.ArgumentParser(prog=prog(command), description=description, allow_abbrev=False)
+    parser.error = lambda message: refuse(command, message)
+    return parser

@@ -1,0 +1,139 @@
+"""Writing a run folder: every file a run writes, and the checks before it writes any.
+
+    config.json       every setting of the run (config.Config: the single source of truth)
+    environment.json  versions, devices, determinism flags and environment variables in effect
+    metrics.csv       one row per optimizer step (split=train) and per evaluation (split=val):
+                      epoch, step, split, loss, then each metric the task names
+    checkpoints/      the last few checkpoints, for --resume
+    tensorboard/      with --tensorboard: the same metrics as TensorBoard event files
+    model.pt          the final state_dict (load it with torch.load(..., weights_only=True))
+    summary.json      seeds, device, weights_sha256, train_seconds and the final evaluation
+    error.log         the full traceback, when the run stopped on an error
+
+Metrics are written as repr() of each float, which round-trips exactly: runs.py reads them back
+as those strings, so "equal" means equal bit for bit.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import traceback
+from pathlib import Path
+
+import torch
+
+from .files import atomic_write, atomic_write_text, write_json
+from .repro import state_dict_sha256
+
+# The files that make a folder hold a run: a new run refuses such a folder without --overwrite.
+RUN_FILES = ("config.json", "environment.json", "metrics.csv", "model.pt", "summary.json", "checkpoints", "tensorboard")
+ERROR_LOG = "error.log"  # not a run on its own: a rerun takes over a folder that holds only this
+ROW_FIELDS = ("epoch", "step", "split")
+SPLITS = ("train", "val")
+
+
+def out_dir_refusal(out: Path, overwrite: bool) -> str | None:
+    """Why a new run may not go into `out`, or None. Looks only; never touches a run."""
+    existing_parent = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not existing_parent.is_dir():
+        return f"--out {out}: {existing_parent} exists and is not a folder"
+    if not os.access(existing_parent, os.W_OK | os.X_OK):
+        return f"--out {out}: cannot write in {existing_parent}"
+    existing = [name for name in RUN_FILES if (out / name).exists()]
+    if existing and not overwrite:
+        return (f"--out {out} already holds a run ({', '.join(existing)}); "
+                "pass --resume to continue it, --overwrite to replace it, or choose another --out")
+    return None
+
+
+def make_out_dir(out: Path) -> str | None:
+    """Creates `out` and checks that a file can be written there (os.access says yes for root even
+    in /proc); the reason as one line if not. Touches no run file."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / ".write-test", "")
+        (out / ".write-test").unlink()
+    except OSError as error:
+        reason = "a file system that holds no files" if str(out.absolute()).startswith(("/proc/", "/sys/")) \
+            else error.strerror or str(error)
+        return f"--out {out}: cannot write there ({reason})"
+    return None
+
+
+def clear_run_files(out: Path) -> None:
+    """Removes the files of an earlier run (and only those: other files in `out` stay)."""
+    for name in (*RUN_FILES, ERROR_LOG):
+        if (out / name).is_dir():
+            shutil.rmtree(out / name)
+        elif (out / name).exists():
+            (out / name).unlink()
+
+
+class MetricsLog:
+    """metrics.csv, appended a row at a time: epoch, step, split, then the figures ('loss' first,
+    then the task's metrics). Every rank counts the rows; only rank 0 writes, and hands each row
+    to its trackers (tracking.py) too."""
+
+    def __init__(self, path: Path, names: tuple[str, ...], rows: int, writes: bool) -> None:
+        self.path, self.names, self.rows, self.writes = path, names, rows, writes
+        self.trackers: list = []
+        self.file = None
+
+    def create(self) -> None:
+        """A new file with just the header."""
+        atomic_write_text(self.path, ",".join((*ROW_FIELDS, *self.names)) + "\n")
+
+    def cut_back(self) -> None:
+        """Keeps the header and the first `rows` rows: those a checkpoint had seen. Rows written
+        after it, possibly torn by a kill, are written again by the resumed run."""
+        with open(self.path, newline="", encoding="utf-8") as file:
+            kept = file.read().splitlines(keepends=True)[: 1 + self.rows]
+        atomic_write_text(self.path, "".join(kept))
+
+    def __enter__(self) -> MetricsLog:
+        if self.writes:
+            self.file = open(self.path, "a", newline="", encoding="utf-8")
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.file is not None:
+            self.file.close()
+
+    def write(self, epoch: int, step: int, split: str, figures: dict[str, float]) -> None:
+        if self.file is not None:
+            # repr() of a float round-trips exactly, so two runs compare bit for bit.
+            values = [repr(float(figures[name])) for name in self.names]
+            csv.writer(self.file, lineterminator="\n").writerow([epoch, step, split, *values])
+            for tracker in self.trackers:
+                tracker({"epoch": epoch, "step": step, "split": split, **figures})
+        self.rows += 1
+
+    def sync(self) -> None:
+        """Puts the rows on disk: a checkpoint that counts them is written after this."""
+        if self.file is not None:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+
+
+def write_result(out: Path, config, device: torch.device, weights: dict, steps: int, seconds: float,
+                 figures: dict[str, float], headline: str) -> dict:
+    """model.pt and summary.json, the last files a run writes; returns the summary."""
+    summary = {"seed": config.seed, "data_seed": config.data_seed, "device": str(device),
+               "weights_sha256": state_dict_sha256(weights), "train_seconds": seconds, "steps": steps,
+               "world_size": config.world_size, "metrics": list(figures), "headline_metric": headline,
+               **{f"val_{name}": value for name, value in figures.items()}}
+    atomic_write(out / "model.pt", lambda file: torch.save(weights, file))
+    write_json(out / "summary.json", summary)
+    return summary
+
+
+def write_error_log(out: Path, error: BaseException) -> Path | None:
+    """The whole traceback of `error` into the run folder's error.log; None if it cannot be written."""
+    path = out / ERROR_LOG
+    try:
+        atomic_write_text(path, "".join(traceback.format_exception(error)))
+    except OSError:
+        return None
+    return path

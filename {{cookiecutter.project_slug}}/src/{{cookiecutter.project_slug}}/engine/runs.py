@@ -1,0 +1,110 @@
+"""Reading a run folder back (verify, compare, study, plot, the tests), and where two runs part.
+
+Metrics are compared as the strings metrics.csv holds (repr of each float, which round-trips
+exactly), so "equal" here means equal bit for bit.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .run_folder import ROW_FIELDS, SPLITS
+
+
+class RunError(Exception):
+    """A run folder that cannot be read; the message is one line for the user."""
+
+
+@dataclass
+class Run:
+    path: Path
+    config: dict
+    environment: dict
+    metrics: list[dict]  # metrics.csv's rows, each value as the string written
+    metric_names: tuple[str, ...]  # metrics.csv's columns after epoch, step, split: 'loss' and the task's
+    summary: dict | None
+
+    @property
+    def weights(self) -> str | None:
+        return self.summary["weights_sha256"] if self.summary else None
+
+    @property
+    def train_losses(self) -> list[str]:
+        """Per-step training losses exactly as written (repr of the float), for bitwise comparison."""
+        return [row["loss"] for row in self.metrics if row["split"] == "train"]
+
+
+def read_json(path: Path, required: bool) -> dict | None:
+    """A JSON object from a run folder; RunError (one line) if corrupt, or missing and required."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if required:
+            raise RunError(f"{path.parent} holds no run ({path.name} is missing)") from None
+        return None
+    except IsADirectoryError:
+        raise RunError(f"{path} is a folder, not a file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RunError(f"{path} is corrupt ({error})") from None
+    if not isinstance(data, dict):
+        raise RunError(f"{path} is corrupt (not a JSON object)")
+    return data
+
+
+def read_metrics(path: Path) -> tuple[list[dict], tuple[str, ...]]:
+    """metrics.csv's rows and its metric columns; RunError for anything that is not such a file."""
+    try:
+        with open(path, newline="", encoding="utf-8") as file:
+            reader = csv.DictReader(file)
+            header = tuple(reader.fieldnames or ())
+            if header[: len(ROW_FIELDS)] != ROW_FIELDS or "loss" not in header[len(ROW_FIELDS):]:
+                raise RunError(f"{path} is corrupt (header {list(header)}, expected epoch, step, split, loss, ...)")
+            rows = list(reader)
+    except FileNotFoundError:
+        raise RunError(f"{path.parent} holds no run ({path.name} is missing)") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise RunError(f"{path} is corrupt ({error})") from None
+    names = header[len(ROW_FIELDS):]
+    for number, row in enumerate(rows, start=2):
+        try:
+            int(row["epoch"]), int(row["step"])
+            [float(row[name]) for name in names]
+            if row["split"] not in SPLITS:
+                raise ValueError(row["split"])
+        except (TypeError, ValueError):
+            raise RunError(f"{path} is corrupt (line {number} is not a metrics row)") from None
+    return rows, names
+
+
+def read_run(folder: Path) -> Run:
+    """Reads config, environment, metrics and (if the run finished) summary; RunError otherwise."""
+    if not folder.exists():
+        raise RunError(f"{folder} does not exist")
+    if not folder.is_dir():
+        raise RunError(f"{folder} is not a folder")
+    config = read_json(folder / "config.json", required=True)
+    metrics, names = read_metrics(folder / "metrics.csv")
+    return Run(path=folder, config=config, metrics=metrics, metric_names=names,
+               environment=read_json(folder / "environment.json", required=False) or {},
+               summary=read_json(folder / "summary.json", required=False))
+
+
+def first_divergence(a: Run, b: Run, rows: int | None = None) -> str | None:
+    """Where two runs' metrics first differ, named by step, split and metric, with both values;
+    only their first `rows` rows if given."""
+    if a.metric_names != b.metric_names:
+        return f"the runs record different metrics: {', '.join(a.metric_names)} vs {', '.join(b.metric_names)}"
+    rows_a, rows_b = (a.metrics, b.metrics) if rows is None else (a.metrics[:rows], b.metrics[:rows])
+    for row_a, row_b in zip(rows_a, rows_b, strict=False):  # lengths are compared after
+        if (row_a["step"], row_a["split"]) != (row_b["step"], row_b["split"]):
+            return (f"the logs part at step {row_a['step']} ({row_a['split']}) vs step {row_b['step']} "
+                    f"({row_b['split']}): different evaluation schedules or lengths")
+        for metric in a.metric_names:
+            if row_a[metric] != row_b[metric]:
+                return f"step {row_a['step']} ({row_a['split']}), {metric}: {row_a[metric]} vs {row_b[metric]}"
+    if len(rows_a) != len(rows_b):
+        return f"one log has {len(rows_a)} rows, the other {len(rows_b)}; the shorter one matches up to its end"
+    return None

@@ -1,1 +1,0 @@
-"""Helpers that every training script needs: reproducibility (repro) and device choice (device)."""

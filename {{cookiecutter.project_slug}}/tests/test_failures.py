@@ -1,0 +1,137 @@
+"""Specifications of a run that fails in the task's own code (the dataset, the model): it keeps what
+it has done, says in one line where it failed, and a resume continues exactly once it is fixed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from {{ cookiecutter.project_slug }} import task
+from {{ cookiecutter.project_slug }}.config import Config
+from {{ cookiecutter.project_slug }}.engine.loader import EpochSampler
+from {{ cookiecutter.project_slug }}.train import first, main
+
+from conftest import BATCH, FAST, PACKAGE, SAMPLES, once, python_env, read_run, start, start_module, value_of
+
+# The task's training set, made to raise for one sample when FAIL_AT_SAMPLE names it (a corrupt
+# file, say): set for the first run, unset once "fixed".
+FAILING_DATASET = """
+import os, sys
+from {package} import task
+make_datasets = task.make_datasets
+
+class Failing:
+    def __init__(self, dataset):
+        self.dataset = dataset
+    def __len__(self):
+        return len(self.dataset)
+    def __getitem__(self, index):
+        if str(index) == os.environ.get("FAIL_AT_SAMPLE"):
+            raise ValueError("cannot decode file %d.png" % index)
+        return self.dataset[index]
+    def __getattr__(self, name):
+        return getattr(self.__dict__["dataset"], name)
+
+def failing_datasets(config):
+    train_set, val_set = make_datasets(config)
+    return Failing(train_set), val_set
+
+task.make_datasets = failing_datasets
+from {package}.train import main
+sys.exit(main(sys.argv[1:]))
+"""
+FAILING_STEP = 6  # the step whose batch holds the broken sample: steps 1-5 complete, a checkpoint at 4
+
+
+def sample_in_step(step: int, seed: int) -> int:
+    """The index of a sample that the given step of epoch 1 trains on (the third of its batch)."""
+    size = len(first(task.make_datasets(Config(seed=seed))[0], SAMPLES))
+    return EpochSampler(size, seed, shuffle=True).order()[(step - 1) * BATCH + 2]
+
+
+def failed_then_resumed(root: Path) -> dict:
+    index = sample_in_step(FAILING_STEP, seed=7)
+    failing = start([sys.executable, "-c", FAILING_DATASET.format(package=PACKAGE), *FAST, "--seed", "7",
+                     "--num-workers", "2", "--out", str(root / "run")], root / "failing.log",
+                    env=python_env(PYTHONHASHSEED="7", FAIL_AT_SAMPLE=str(index)))
+    code, stderr = failing.wait(), failing.stderr
+    checkpoints = sorted(path.name for path in (root / "run" / "checkpoints").glob("step-*.pt"))
+    resumed = start_module("train", "--out", str(root / "run"), "--resume", log=root / "resumed.log")
+    assert resumed.wait() == 0, resumed.stderr[-3000:]
+    return {"code": code, "stderr": stderr, "index": index, "checkpoints": checkpoints,
+            "error_log": (root / "run" / "error.log").read_text(), "run": read_run(root / "run")}
+
+
+@pytest.fixture(scope="module")
+def failure_or_setup_failure(tmp_path_factory):
+    return once(lambda: failed_then_resumed(tmp_path_factory.mktemp("failure")))
+
+
+@pytest.fixture
+def failure(failure_or_setup_failure, request):
+    return value_of(failure_or_setup_failure, request)
+
+
+def test_a_dataset_error_in_a_worker_is_one_line_naming_the_sample_and_its_message(failure):
+    assert failure["code"] == 1
+    lines = failure["stderr"].strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in lines[0], lines
+    assert f"stopped at step {FAILING_STEP - 1}: the dataset failed on sample {failure['index']} (epoch 1): " \
+           f"ValueError: cannot decode file {failure['index']}.png" in lines[0]
+    assert "error.log" in lines[0] and "--resume" in lines[0]
+
+
+def test_the_full_traceback_is_kept_in_the_run_folder(failure):
+    assert "Traceback" in failure["error_log"] and f"cannot decode file {failure['index']}.png" in failure["error_log"]
+
+
+def test_a_failed_run_first_checkpoints_its_last_completed_step(failure):
+    assert f"step-{FAILING_STEP - 1:08d}.pt" in failure["checkpoints"]
+
+
+def test_once_fixed_a_failed_run_resumes_to_the_weights_of_a_run_that_never_failed(failure, runs):
+    assert failure["run"].metrics == runs["seed7"].metrics
+    assert failure["run"].weights == runs["seed7"].weights
+
+
+def test_a_run_that_fails_before_its_first_step_leaves_nothing_that_blocks_a_plain_rerun(tmp_path, capsys, monkeypatch):
+    real = task.make_datasets
+
+    def no_data(config):
+        raise FileNotFoundError("data/train.csv")
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(task, "make_datasets", no_data)
+    assert main(["--out", str(out), *FAST, "--epochs", "1"]) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "failed before its first step: FileNotFoundError: data/train.csv" in line
+    assert "run the same command again" in line
+    monkeypatch.setattr(task, "make_datasets", real)
+    assert main(["--out", str(out), *FAST, "--epochs", "1"]) == 0  # no --overwrite needed
+
+
+def test_a_model_that_fails_mid_run_keeps_the_steps_before_and_names_the_line(tmp_path, capsys, monkeypatch):
+    real = task.make_model
+    calls = []
+
+    def failing_model(config, train_set):
+        model = real(config, train_set)
+        forward = model.forward
+
+        def forward_that_fails_on_step_3(inputs):
+            calls.append(model.training)
+            if calls.count(True) == 3:
+                raise RuntimeError("shape mismatch in my layer")
+            return forward(inputs)
+
+        model.forward = forward_that_fails_on_step_3
+        return model
+
+    monkeypatch.setattr(task, "make_model", failing_model)
+    out = tmp_path / "run"
+    assert main(["--out", str(out), *FAST]) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "stopped at step 2: RuntimeError: shape mismatch in my layer (in test_failures.py, line " in line
+    assert (out / "checkpoints" / "step-00000002.pt").exists() and (out / "error.log").exists()
