@@ -1,4 +1,4 @@
-"""The generated SLURM script is valid shell, and shellcheck finds nothing in it."""
+"""The generated SLURM scripts are valid shell, and shellcheck finds nothing in them."""
 
 from __future__ import annotations
 
@@ -10,8 +10,12 @@ from pathlib import Path
 import pytest
 
 
-def test_the_sbatch_script_passes_bash_n_and_shellcheck(cookies):
-    script = cookies.bake().project_path / "slurm" / "train.sbatch"
+@pytest.mark.parametrize("name, needs", [
+    ("train.sbatch", ("--rdzv-backend=c10d", "--nnodes", "--resume", '--parallel "${PARALLEL}"')),
+    ("study.sbatch", ("--array=", "SLURM_ARRAY_TASK_ID", "--resume", "--requeue", "--summarise")),
+])
+def test_the_sbatch_scripts_pass_bash_n_and_shellcheck(cookies, name, needs):
+    script = cookies.bake().project_path / "slurm" / name
     syntax = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert syntax.returncode == 0, syntax.stderr
     shellcheck = shutil.which("shellcheck", path=str(Path(sys.executable).parent)) or shutil.which("shellcheck")
@@ -20,4 +24,4 @@ def test_the_sbatch_script_passes_bash_n_and_shellcheck(cookies):
     lint = subprocess.run([shellcheck, str(script)], capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     text = script.read_text(encoding="utf-8")
-    assert "--rdzv-backend=c10d" in text and "--nnodes" in text and "--resume" in text
+    assert all(need in text for need in needs), [need for need in needs if need not in text]

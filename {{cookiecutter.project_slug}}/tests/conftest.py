@@ -11,6 +11,7 @@ import functools
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -112,11 +113,11 @@ class Process:
             pass
 
 
-def start(command: list[str], log: Path, env: dict[str, str] | None = None) -> Process:
+def start(command: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None) -> Process:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log.with_suffix(".out"), "w") as out, open(log.with_suffix(".err"), "w") as err:
         popen = subprocess.Popen(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True,
-                                 env=env or python_env(), start_new_session=True)
+                                 env=env or python_env(), start_new_session=True, cwd=cwd)
     return Process(popen, log)
 
 
@@ -171,6 +172,30 @@ def start_held_at(step: int, run: Path, *args: str, hash_seed: str, prelude: str
     process = start([sys.executable, "-c", held_at_step_code(prelude), str(step), str(marker), *args],
                     run.parent / f"{run.name}-stopped.log", env=python_env(PYTHONHASHSEED=hash_seed))
     return process, marker
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
+
+
+def torchrun(processes: int, *program: str) -> list[str]:
+    """`torchrun --standalone --nproc_per_node=N PROGRAM`: one machine, a free port of its own."""
+    return [*TORCHRUN, "--standalone", f"--nproc_per_node={processes}", *program]
+
+
+def two_nodes(root: Path, name: str, program: list[str], env=None) -> list[Process]:
+    """Two torchrun agents on this machine, as two nodes of one process each, meeting through
+    c10d rendezvous on 127.0.0.1: the commands the README gives for two machines. `program`:
+    `-m <package>.train` or a script, then its arguments but --out (root / name)."""
+    agent = [*TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+             "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", name]
+    return [start([*agent, *program, "--out", str(root / name)], root / f"{name}-node{node}.log", env=env)
+            for node in (0, 1)]
 
 
 def train_many(root: Path, runs: dict[str, tuple[tuple[str, ...], dict]]) -> dict[str, Run]:

@@ -72,8 +72,21 @@ def test_resume_takes_untyped_settings_from_the_record_and_refuses_contradiction
     recorded = Config(seed=7, epochs=2)
     config, differing = resume_config(recorded, {"num_workers": 3}, world_size=1)
     assert config == dataclasses.replace(recorded, num_workers=3) and differing == []
-    _, differing = resume_config(recorded, {"epochs": 3, "seed": 7}, world_size=2)
-    assert differing == ["epochs (recorded 2, given 3)", "world_size (recorded 1, given 2)"]
+    _, differing = resume_config(recorded, {"epochs": 3, "seed": 7, "parallel": "fsdp"}, world_size=1)
+    assert differing == ["epochs (recorded 2, given 3)", "parallel (recorded 'ddp', given 'fsdp')"]
+
+
+def test_resume_may_change_the_world_size_and_the_config_then_holds_the_new_one():
+    """The run folder records the change (world_sizes.json; tests/test_fsdp.py resumes such runs)."""
+    config, differing = resume_config(Config(seed=7, world_size=2), {}, world_size=3)
+    assert differing == [] and config == Config(seed=7, world_size=3)
+
+
+@pytest.mark.parametrize("settings, problem", [(dict(precision="fp16"), "use --precision bf16"),
+                                               (dict(compile=True), "leave out --compile")])
+def test_fsdp_refuses_what_it_is_not_set_up_for_in_one_line(settings, problem):
+    assert problem in Config(parallel="fsdp", world_size=2, **settings).problem()
+    assert Config(parallel="ddp", world_size=2, **settings).problem() is None
 
 
 def test_every_setting_says_what_it_affects():

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 
 import pytest
@@ -21,6 +20,7 @@ from conftest import (
     read_run,
     start,
     steps_per_epoch,
+    two_nodes,
     value_of,
     wait_until,
 )
@@ -85,31 +85,16 @@ def test_a_different_world_size_is_a_different_run(ddp_runs):
     assert ddp_runs["seed7"][0].weights != ddp_runs["seed7_one_process"][0].weights
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def two_nodes(root, name: str, program: list[str], *flags: str, env=None) -> list:
-    """Two torchrun agents on this machine, as two nodes of one process each, meeting through
-    c10d rendezvous on 127.0.0.1: the commands the README gives for two machines."""
-    port = free_port()
-    agent = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", name]
-    return [start([*agent, *program, *FAST, "--seed", "7", "--out", str(root / name), *flags],
-                  root / f"{name}-node{node}.log", env=env) for node in (0, 1)]
-
-
 def two_node_runs(root):
     """A two-node run; and one held mid-epoch on both nodes, SIGTERMed there (as a preempting
     scheduler does), then launched again with --resume."""
     step = steps_per_epoch() - 2
     script = root / "held_train.py"
     script.write_text(held_at_step_code())
-    whole = two_nodes(root, "two_nodes", ["-m", f"{PACKAGE}.train"])
+    whole = two_nodes(root, "two_nodes", ["-m", f"{PACKAGE}.train", *FAST, "--seed", "7"])
     marker = root / "held"
-    held = two_nodes(root, "interrupted", [str(script), str(step), str(marker)], env=python_env(PYTHONHASHSEED="7"))
+    held = two_nodes(root, "interrupted", [str(script), str(step), str(marker), *FAST, "--seed", "7"],
+                     env=python_env(PYTHONHASHSEED="7"))
     for rank in (0, 1):
         wait_until(marker.with_name(f"held.{rank}").exists, held[rank], f"rank {rank} reaching step {step}")
     for rank in (0, 1):  # the training processes themselves; torchrun then ends with their failure
@@ -118,7 +103,7 @@ def two_node_runs(root):
         assert agent.wait() != 0
     # Both ranks agreed to stop after that step and wrote its checkpoint before leaving.
     assert (root / "interrupted" / "checkpoints" / f"step-{step:08d}.pt").exists()
-    resumed = two_nodes(root, "interrupted", ["-m", f"{PACKAGE}.train"], "--resume")
+    resumed = two_nodes(root, "interrupted", ["-m", f"{PACKAGE}.train", *FAST, "--seed", "7", "--resume"])
     for name, agent in (("two_nodes", whole[0]), ("two_nodes", whole[1]), ("interrupted", resumed[0]),
                         ("interrupted", resumed[1])):
         assert agent.wait() == 0, f"{name}: {agent.stderr[-3000:]}"

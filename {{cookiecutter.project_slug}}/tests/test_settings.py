@@ -37,7 +37,8 @@ PERTURBED = {
 UNCHANGED = {"val_batch_size": 7, "eval_every": 0, "log_every": 1, "checkpoint_every": 1, "num_workers": 1}
 # Whether these change bits depends on the machine (GPU kernels, thread splits, a compiler): they
 # are recorded and kept on --resume; the GPU and slow tiers test them where they act.
-MACHINE = {"threads", "device", "deterministic", "compile"}
+# --parallel acts under torchrun only; tests/test_fsdp.py shows where it changes no bit (2 gloo ranks).
+MACHINE = {"threads", "device", "deterministic", "compile", "parallel"}
 
 RUNS_IN_ONE_PROCESS = """
 import json, sys

@@ -2,8 +2,9 @@
 
     python -m {{ cookiecutter.project_slug }}.compare runs/a runs/b [--plot curves.png]
 
-Exit 0 when the runs are identical (the same result settings, every metrics row and the weight
-hash), 1 otherwise, 2 for a folder that cannot be read. A setting that one run did not record
+Exit 0 when the runs are identical (the same result settings, the same world sizes, every
+metrics row and the weight hash), 1 otherwise, 2 for a folder that cannot be read. A run resumed
+with another world size says so (world_sizes.json), and from which step. A setting that one run did not record
 (it is older than the setting) counts as its default.
 """
 
@@ -16,6 +17,7 @@ from .config import EXECUTION_ONLY, Config
 from .engine.cli import make_parser
 from .engine.environment import differences, environment_differences
 from .engine.runs import Run, RunError, first_divergence, read_run
+from .engine.world_sizes import describe
 
 
 def settings(run: Run) -> dict:
@@ -50,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{title}:" + ("" if lines else " none"))
         for line in lines:
             print(f"  {line}")
+    for label, run, config in (("A", a, config_a), ("B", b, config_b)):
+        print(f"world size {label}: {describe(run.world_sizes, config.get('world_size', 1))}")
     divergence = first_divergence(a, b)
     print(f"first divergence: {divergence or 'none, every metrics row is identical'}")
     print(f"{'':16s}{'A':>24s}{'B':>24s}")
@@ -63,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     # Execution-only settings (workers, checkpoint interval) may differ: they change no result.
     results = tuple(key for key in dict.fromkeys([*config_a, *config_b]) if key not in EXECUTION_ONLY)
     same_settings = not differences(config_a, config_b, results)
-    identical = same_settings and divergence is None and a.weights is not None and a.weights == b.weights
+    identical = same_settings and a.world_sizes == b.world_sizes and divergence is None and a.weights is not None \
+        and a.weights == b.weights
     print("IDENTICAL" if identical else "DIFFERENT")
     return 0 if identical else 1
 

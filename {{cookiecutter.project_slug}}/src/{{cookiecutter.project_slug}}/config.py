@@ -22,11 +22,13 @@ from .engine.repro import DETERMINISM_MODES, MAX_SEED
 
 OPTIMIZERS = ("sgd", "adamw")
 SCHEDULES = ("one-cycle", "cosine", "constant")
+PARALLEL = ("ddp", "fsdp")
 # What a setting affects. "weights": another value gives other weights (tests/test_settings.py
 # proves it for each); "evaluation": the trained weights stay, the validation figures may change;
-# "machine": whether it changes bits depends on the hardware (GPU kernels, thread splits), so it is
-# recorded and kept on --resume; "execution": how a run executes, not what it computes (the tests
-# prove it), so --resume may change it; "fixed": set by the code or by torchrun, not a flag.
+# "machine": whether it changes bits depends on the hardware and its software (GPU kernels, thread
+# splits, the order in which collectives add up), so it is recorded and kept on --resume;
+# "execution": how a run executes, not what it computes (the tests prove it), so --resume may
+# change it; "fixed": set by the code or by torchrun, not a flag.
 EFFECTS = ("weights", "evaluation", "machine", "execution", "fixed")
 
 
@@ -111,6 +113,10 @@ class Config:
                              "GradScaler", choices=PRECISIONS)
     compile: bool = setting(False, "wrap the model in torch.compile, set up to repeat bit for bit (needs a C++ "
                             "compiler on the CPU; the first steps compile, which takes a while)", effect="machine")
+    parallel: str = setting("ddp", "how the processes that torchrun starts share the model: ddp (each holds all of "
+                            "it, gradients are averaged) or fsdp (each holds a shard of the weights, gradients and "
+                            "optimizer state: FSDP2); another reduction order, so kept on --resume", choices=PARALLEL,
+                            effect="machine")
     dataset: str = setting({{ cookiecutter.dataset|tojson }}, "the example's data (fixed by the code)", effect="fixed")
     world_size: int = setting(1, "processes under torchrun (set by torchrun)", effect="fixed")
     # How the run executes: --resume may change these.
@@ -131,6 +137,11 @@ class Config:
             return "--persistent-workers and --prefetch-factor need --num-workers above 0"
         if self.warmup_steps and self.schedule == "one-cycle":
             return "--warmup-steps is for the cosine and constant schedules (one-cycle warms up by itself)"
+        if self.parallel == "fsdp" and self.precision == "fp16":
+            return ("--precision fp16 needs a loss scale that all shards agree on, which this FSDP set-up does not "
+                    "have: use --precision bf16 (no loss scale needed) with --parallel fsdp")
+        if self.parallel == "fsdp" and self.compile:
+            return "--compile is not set up for --parallel fsdp here: leave out --compile, or use --parallel ddp"
         per_step = self.world_size * self.accumulate
         if self.batch_size % per_step:
             return (f"--batch-size {self.batch_size} is not a multiple of {self.world_size} process(es) x "
@@ -201,13 +212,14 @@ def parse_command_line(argv: list[str] | None) -> tuple[dict, argparse.Namespace
 
 
 def resume_config(recorded: Config, typed: dict, world_size: int) -> tuple[Config, list[str]]:
-    """The config to resume with, and the typed settings (and world size) that contradict the
-    recorded run. Execution-only settings may change; untyped ones keep their recorded values."""
+    """The config to resume with, and the typed settings that contradict the recorded run.
+    Execution-only settings may change; untyped ones keep their recorded values. The world size
+    may change too (a cluster hands back whatever is free): the config then holds this process's
+    world size, and the run folder records the change (engine/world_sizes.py)."""
     changes = {name: value for name, value in typed.items() if name in EXECUTION_ONLY}
-    asked = {**typed, "world_size": world_size}
     differing = [f"{name} (recorded {getattr(recorded, name)!r}, given {value!r})"
-                 for name, value in asked.items() if name not in EXECUTION_ONLY and getattr(recorded, name) != value]
-    return Config(**{**recorded.to_dict(), **changes}), differing
+                 for name, value in typed.items() if name not in EXECUTION_ONLY and getattr(recorded, name) != value]
+    return Config(**{**recorded.to_dict(), **changes, "world_size": world_size}), differing
 
 
 def config_to_flags(config: Config) -> list[str]:

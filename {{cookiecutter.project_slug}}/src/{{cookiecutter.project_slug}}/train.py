@@ -4,6 +4,7 @@
     python -m {{ cookiecutter.project_slug }}.train --seed 42 --out runs/b   # the same weights_sha256 as runs/a
     python -m {{ cookiecutter.project_slug }}.train --out runs/a --resume    # after a crash or preemption
     torchrun --standalone --nproc-per-node 2 -m {{ cookiecutter.project_slug }}.train --out runs/ddp
+    torchrun --standalone --nproc-per-node 2 -m {{ cookiecutter.project_slug }}.train --out runs/fsdp --parallel fsdp
 
 Read it from the top. main() checks the command line, then sets determinism and threads. train()
 seeds, builds the data and the model from task.py and checks the task on a few samples; then, for
@@ -18,6 +19,7 @@ import math
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -28,7 +30,7 @@ from tqdm import tqdm
 from . import task
 from .config import Config
 from .engine import distributed
-from .engine.checkpoint import TrainingState, save_checkpoint
+from .engine.checkpoint import TrainingState, save_checkpoint, save_sharded_checkpoint
 from .engine.cli import prog
 from .engine.contract import TaskError, check_task
 from .engine.environment import describe_environment, environment_changes
@@ -42,6 +44,7 @@ from .engine.repro import configure_determinism, explain_nondeterministic_error,
 from .engine.run_folder import MetricsLog, clear_run_files, write_error_log, write_result
 from .engine.signals import StopSignals
 from .engine.tracking import make_trackers
+from .engine.world_sizes import describe, write_world_sizes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(config.threads)
     # 3. Mixed precision and compilation depend on the device: checked now that CUDA may start.
     refuse_if(device_and_folder_problem(plan))
-    if config.world_size > 1:
+    if config.world_size > 1 or config.parallel == "fsdp":
         distributed.join(plan.device)
     try:
         return train(plan)
@@ -77,51 +80,50 @@ def train(plan: Plan) -> int:
     train_loader, val_loader = make_loaders(first(train_set, config.max_samples),
                                             first(val_set, config.max_samples), config)
     names = check_task(task, model, val_loader, device, config.precision)  # one line and exit 2 if not
+    trained = prepare_for_training(model, config, device)  # FSDP shards the model: before the optimizer sees it
     optimizer, scheduler = make_optimizer(model, config, steps=config.epochs * steps_per_epoch(train_loader, config))
     state = TrainingState(model, optimizer, scheduler, make_scaler(config.precision, device))
     if plan.resume_from is not None:
-        state.load_checkpoint(plan.resume_from)
+        state.load_checkpoint(plan.resume_from, plan.resume_path)
     log = MetricsLog(out / "metrics.csv", names, rows=state.metrics_rows, writes=distributed.rank() == 0)
     open_run_folder(plan, log, distributed.rank() == 0)
     log.trackers = make_trackers(config, out, distributed.rank() == 0)  # --tensorboard writes into the folder
     started = time.perf_counter()
     with StopSignals() as signals, log:
-        ended, figures = train_epochs(plan, state, train_loader, val_loader, log, signals)
+        ended, figures = train_epochs(plan, state, trained, (train_loader, val_loader), log, signals)
     if ended is not None:
         return ended  # stopped by a signal or --stop-after-steps, or failed
     if figures is None:  # resumed from the checkpoint after the last epoch, whose evaluation was not
         figures = evaluate(model, val_loader, task, device, config.precision)  # saved; evaluating again changes nothing
     seconds = state.train_seconds + time.perf_counter() - started
+    weights = distributed.full_state_dict(model)  # under FSDP every rank sends its shards to rank 0
     if distributed.rank() == 0:
-        summary = write_result(out, config, device, model.state_dict(), state.step, seconds, figures,
-                               task.HEADLINE_METRIC)
+        recorded = replace(config, world_size=plan.started_with)  # as config.json: the world size it started with
+        summary = write_result(out, recorded, device, weights, state.step, seconds, figures, task.HEADLINE_METRIC)
         headline = task.HEADLINE_METRIC
         print(f"weights_sha256 {summary['weights_sha256']}  val_{headline} {figures[headline]:.4f}  "
               f"train_seconds {seconds:.1f}  -> {out}")
     return 0
 
 
-def train_epochs(plan: Plan, state: TrainingState, train_loader: DataLoader, val_loader: DataLoader,
+def train_epochs(plan: Plan, state: TrainingState, model: nn.Module, loaders: tuple[DataLoader, DataLoader],
                  log: MetricsLog, signals: StopSignals) -> tuple[int | None, dict | None]:
-    """The epochs from `state`'s position on: (the exit status if the run stopped early, else None;
-    the last evaluation's figures)."""
-    config, device = plan.config, plan.device
+    """The epochs from `state`'s position on, training `model` (state.model as prepare_for_training
+    made it): (the exit status if the run stopped early, else None; the last evaluation's figures)."""
+    config, device, (train_loader, val_loader) = plan.config, plan.device, loaders
     rows, per_epoch = StepRows(log, task, device, config.log_every), steps_per_epoch(train_loader, config)
     started, saved_step, figures = time.perf_counter(), state.step, None
 
     def checkpoint() -> Path | None:
-        """Saves the state now (rank 0 writes); the rows it counts are on disk before it is."""
+        """Saves the state now (rank 0 writes; under FSDP every rank writes its shards); the rows
+        it counts are on disk before it is."""
         nonlocal saved_step
         rows.flush()
         state.metrics_rows, saved_step = log.rows, state.step
         log.sync()
-        seconds = state.train_seconds + time.perf_counter() - started
-        if distributed.rank() != 0:
-            return None
-        return save_checkpoint(plan.out / "checkpoints", state.to_checkpoint(config.to_dict(), seconds))
+        return save_state(plan, state, state.train_seconds + time.perf_counter() - started)
 
     try:
-        model = prepare_for_training(state.model, config, device)
         while state.epoch < config.epochs:
             bar = tqdm(total=per_epoch, initial=state.epoch_step, desc=f"epoch {state.epoch + 1}", leave=False,
                        disable=not sys.stderr.isatty())
@@ -136,16 +138,38 @@ def train_epochs(plan: Plan, state: TrainingState, train_loader: DataLoader, val
                     checkpoint()
             bar.close()
             rows.flush()
-            figures = evaluate(state.model, val_loader, task, device, config.precision) \
-                if evaluation_due(state.epoch, config) else None
-            if figures is not None:
-                log.write(state.epoch, state.step, "val", figures)
-            report_epoch(state, config, rows.epoch_losses, figures)
+            figures = end_epoch(plan, state, val_loader, log, rows.epoch_losses)
             state.epoch, state.epoch_step, rows.epoch_losses = state.epoch + 1, 0, []
-            checkpoint()
+            path = checkpoint()
+            if state.step == plan.stop_after_steps:  # resumed at that step before the evaluation: now after it
+                return stopped(plan, None, state.step, path), None
     except Exception as error:  # the task's code failed: keep what the run has done, then say where
-        return failed(plan, error, state.step, checkpoint_after_failure(checkpoint, state.step > saved_step)), None
+        return failed(plan, error, state.step, checkpoint_after_failure(checkpoint, state.step > saved_step,
+                                                                        config)), None
     return None, figures
+
+
+def save_state(plan: Plan, state: TrainingState, seconds: float) -> Path | None:
+    """A checkpoint of `state`: one file that rank 0 writes, or under FSDP a folder to which every
+    rank writes its shards (engine/checkpoint.py)."""
+    config = plan.config.to_dict()
+    if plan.config.parallel == "fsdp":
+        return save_sharded_checkpoint(plan.out / "checkpoints", state, config, seconds)
+    if distributed.rank() != 0:
+        return None
+    return save_checkpoint(plan.out / "checkpoints", state.to_checkpoint(config, seconds))
+
+
+def end_epoch(plan: Plan, state: TrainingState, val_loader: DataLoader, log: MetricsLog,
+              losses: list[float]) -> dict | None:
+    """Evaluates if it is due (its row into metrics.csv) and prints the epoch's line; the figures."""
+    config = plan.config
+    figures = evaluate(state.model, val_loader, task, plan.device, config.precision) \
+        if evaluation_due(state.epoch, config) else None
+    if figures is not None:
+        log.write(state.epoch, state.step, "val", figures)
+    report_epoch(state, config, losses, figures)
+    return figures
 
 
 def steps_per_epoch(train_loader: DataLoader, config: Config) -> int:
@@ -185,21 +209,30 @@ def open_run_folder(plan: Plan, log: MetricsLog, is_main: bool) -> None:
         return
     log.cut_back()
     if plan.settings_added:  # a run recorded before these settings existed: their defaults, recorded now
-        write_json(plan.out / "config.json", plan.config.to_dict())
+        write_json(plan.out / "config.json", {**plan.config.to_dict(), "world_size": plan.started_with})
         say(f"note: {plan.out}/config.json did not record {', '.join(plan.settings_added)} (the run is older than "
             "these settings): their defaults are taken and recorded")
     print(f"resuming from {plan.resume_path} (epoch {plan.resume_from['epoch'] + 1}, "
           f"step {plan.resume_from['step']})", flush=True)
+    write_world_sizes(plan.out, list(plan.world_sizes))
     changed = environment_changes(plan.out, environment)
+    if plan.world_sizes:  # said here, and recorded in world_sizes.json
+        changed = [line for line in changed if not line.startswith("world_size:")]
+        say(f"note: the run goes on with {describe(list(plan.world_sizes), plan.started_with)} "
+            f"(recorded in {plan.out}/world_sizes.json): the same steps see the same samples, but gradients add up "
+            "in another order and each rank draws its own dropout, so it no longer equals a run that never changed")
     if changed:
         say(f"warning: resuming in another environment ({'; '.join(changed)}): the result may differ from a "
             "run that never stopped")
 
 
 def prepare_for_training(model: nn.Module, config: Config, device: torch.device) -> nn.Module:
-    """What the loop trains: DistributedDataParallel under torchrun, compiled with --compile.
-    Evaluation uses the plain model: its weights are the same tensors."""
-    wrapped = distributed.wrap(model, device)
+    """What the loop trains: under torchrun a DistributedDataParallel copy, or with --parallel
+    fsdp the model itself, sharded in place block by block (engine/distributed.py says which
+    modules are blocks; task.py may name its own with `fsdp_blocks(model)`); compiled with
+    --compile. Evaluation uses `model`: the same tensors (under FSDP, the sharded model itself)."""
+    blocks = task.fsdp_blocks(model) if config.parallel == "fsdp" and hasattr(task, "fsdp_blocks") else None
+    wrapped = distributed.wrap(model, device, config.parallel, blocks, config.precision)
     return compile_model(wrapped) if config.compile else wrapped
 
 
@@ -227,10 +260,12 @@ def stopped(plan: Plan, signum: int | None, step: int, checkpoint: Path | None) 
     return 128 + signum
 
 
-def checkpoint_after_failure(checkpoint, new_steps: bool) -> Path | None:
+def checkpoint_after_failure(checkpoint, new_steps: bool, config: Config) -> Path | None:
     """A checkpoint of the last completed step, if steps were taken since the last one and it can
-    still be written (under torchrun, a rank that failed may have left the others unable to)."""
-    if not new_steps:
+    still be written (under torchrun, a rank that failed may have left the others unable to).
+    Under FSDP every rank writes its shards together with the others, which a failed rank has left
+    waiting in another collective: the newest checkpoint stands."""
+    if not new_steps or (config.parallel == "fsdp" and config.world_size > 1):
         return None
     try:
         return checkpoint()
@@ -271,7 +306,7 @@ def describe_error(error: BaseException) -> str:
 
 
 def resume_command(plan: Plan) -> str:
-    if plan.config.world_size == 1:
+    if plan.config.world_size == 1 and plan.config.parallel != "fsdp":
         return f"{prog('train')} --out {plan.out} --resume"
     return "the same torchrun command plus --resume"
 

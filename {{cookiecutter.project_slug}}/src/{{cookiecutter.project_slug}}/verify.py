@@ -5,7 +5,9 @@
 
 The re-run goes into a scratch folder (RUN_DIR is never touched) with the flags recorded in
 RUN_DIR/config.json (a setting the run did not record, being older than it, takes its default);
-a run made by torchrun on one machine is re-run under torchrun, with its world size. Prints
+a run made by torchrun on one machine is re-run under torchrun, with its world size. A run that
+was resumed with another world size (world_sizes.json) is re-run the same way: stopped at each
+step where its world size changed, and resumed with the next one. Prints
 REPRODUCED and the weight hash, exit 0; or the first step where the two runs part (metric and
 both values), exit 1. The environments are compared first: bitwise equality is promised only on
 the same machine and software stack. A run that cannot be verified (a bad RUN_DIR, settings this
@@ -23,6 +25,7 @@ from .engine.cli import make_parser, refuse
 from .engine.environment import differences, environment_differences
 from .engine.launch import launch_training
 from .engine.runs import Run, RunError, first_divergence, read_run
+from .engine.world_sizes import describe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,16 +67,19 @@ def verify(original: Run, steps: int | None = None, keep: bool = False) -> tuple
         return 2, [f"{original.path / 'config.json'}: {error}"]
     notes = ([f"note: the run did not record {', '.join(added)} (it is older than these settings): "
               "re-run with their defaults"] if added else [])
+    if original.world_sizes:
+        notes.append(f"note: the run went on with {describe(original.world_sizes, config.world_size)}: "
+                     "re-run the same way")
     scratch = Path(tempfile.mkdtemp(prefix="verify-"))
     try:
-        flags = [*config_to_flags(config), "--out", str(scratch / "run")]
-        if steps is not None:
-            flags += ["--stop-after-steps", str(steps)]
-        process = launch_training(*flags, world_size=config.world_size)
-        _, stderr = process.communicate()
-        if process.returncode != 0:
-            last = (stderr.strip().splitlines() or ["(no output)"])[-1]
-            return 2, [*notes, f"cannot verify: the re-run failed: {last}"]
+        command = [*config_to_flags(config), "--out", str(scratch / "run")]
+        for world_size, flags in launches(original.world_sizes, config.world_size, steps):
+            process = launch_training(*command, *flags, world_size=world_size, torchrun=config.parallel == "fsdp")
+            _, stderr = process.communicate()
+            if process.returncode != 0:
+                last = (stderr.strip().splitlines() or ["(no output)"])[-1]
+                return 2, [*notes, f"cannot verify: the re-run failed: {last}"]
+            command = ["--out", str(scratch / "run"), "--resume"]
         rerun = read_run(scratch / "run")
         return report(original, config.to_dict(), rerun, steps, notes)
     finally:
@@ -81,6 +87,24 @@ def verify(original: Run, steps: int | None = None, keep: bool = False) -> tuple
             print(f"re-run kept in {scratch / 'run'}")
         else:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def launches(history: list[dict], world_size: int, steps: int | None) -> list[tuple[int, list[str]]]:
+    """The launches that re-run a run: (world size, flags added to the run's own flags for the
+    first launch, to --out --resume for the others) for each. One launch, unless the world size changed:
+    then the run is stopped at each change, after the epoch's evaluation if the original resumed
+    after it (a second launch at the same world size resumes before it and stops after it), and
+    resumed with the next world size."""
+    result, size = [], world_size
+    for change in history[1:]:
+        if steps is not None and steps <= change["step"]:
+            break
+        result.append((size, ["--stop-after-steps", str(change["step"])]))
+        if change["epoch_step"] == 0:  # resumed after the epoch's evaluation: the evaluation ran with `size`
+            result.append((size, ["--stop-after-steps", str(change["step"])]))
+        size = change["world_size"]
+    result.append((size, ["--stop-after-steps", str(steps)] if steps is not None else []))
+    return result
 
 
 def report(original: Run, config: dict, rerun: Run, steps: int | None, lines: list[str]) -> tuple[int, list[str]]:
@@ -98,6 +122,8 @@ def report(original: Run, config: dict, rerun: Run, steps: int | None, lines: li
         lines += [f"  {line}" for line in changed]
 
     divergence = first_divergence(original, rerun, rows=len(rerun.metrics) if steps is not None else None)
+    if divergence is None and steps is None and original.world_sizes != rerun.world_sizes:
+        divergence = f"the world sizes: {original.world_sizes} vs {rerun.world_sizes}"
     if divergence is None and steps is None and original.weights != rerun.weights:
         divergence = f"final weights: {original.weights} vs {rerun.weights}"
     if divergence is not None:

@@ -1,13 +1,25 @@
-"""torchrun: several processes, one per device. Only entered when WORLD_SIZE is above 1.
+"""torchrun: several processes, one per device. Entered when WORLD_SIZE is above 1, or for --parallel fsdp.
 
-torchrun starts one process per device and tells each its RANK, LOCAL_RANK and WORLD_SIZE.
-Each process trains a DistributedDataParallel copy of the model on its share of every batch;
-gradients are averaged across processes after each backward pass.
+torchrun starts one process per device and tells each its RANK, LOCAL_RANK and WORLD_SIZE. How
+they share the model is --parallel:
+
+- ddp (the default): each process holds the whole model, trains a DistributedDataParallel copy
+  of it on its share of every batch, and gradients are averaged across processes after each
+  backward pass. Memory per process: all the weights, gradients and optimizer state.
+- fsdp: PyTorch's FSDP2 (`fully_shard`), the engine of torchtitan and torchtune. Each process
+  holds 1/world of every weight, gradient and optimizer state; a block's weights are gathered
+  just before its forward (and backward) pass and freed after, gradients are reduce-scattered
+  back into shards. For a model that does not fit one device; each step moves more data.
+
+Both keep one rule: every rank has the same buffers as rank 0 (BatchNorm's running statistics)
+wherever they are read, so the weights model.pt holds are the ones that were evaluated.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 
@@ -16,6 +28,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from .precision import DTYPES
+
 TIMEOUT = timedelta(minutes=5)  # a rank that stops answering fails the others instead of hanging them
 _host_group = None  # a gloo group for agreeing on host-side flags without waiting for the GPU
 
@@ -23,6 +37,11 @@ _host_group = None  # a gloo group for agreeing on host-side flags without waiti
 def context() -> tuple[int, int, int]:
     """(rank, local_rank, world_size) as torchrun sets them; (0, 0, 1) for a plain `python -m`."""
     return int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def under_torchrun() -> bool:
+    """Whether torchrun (or another launcher that sets what it sets) started this process."""
+    return all(name in os.environ for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
 def join(device: torch.device) -> None:
@@ -51,17 +70,84 @@ def backend() -> str | None:
     return dist.get_backend() if dist.is_initialized() else None
 
 
-def wrap(model: nn.Module, device: torch.device) -> nn.Module:
-    """The model to train: itself in one process, a DistributedDataParallel copy under torchrun
-    (it also copies rank 0's initial weights to every rank)."""
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier(group=_host_group)
+
+
+def wrap(model: nn.Module, device: torch.device, parallel: str = "ddp", blocks: list[nn.Module] | None = None,
+         precision: str = "fp32") -> nn.Module:
+    """The model to train: itself in one process; under torchrun a DistributedDataParallel copy
+    (it also copies rank 0's initial weights to every rank), or for --parallel fsdp the model
+    itself, sharded in place (see shard)."""
     if not dist.is_initialized():
         return model
+    if parallel == "fsdp":
+        return shard(model, shard_units(model) if blocks is None else blocks, precision)
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def shard_units(model: nn.Module) -> list[nn.Module]:
+    """The blocks FSDP shards one by one, for any model: each child of the model that holds
+    parameters, looking through nn.ModuleList and nn.ModuleDict (containers without a forward of
+    their own, where a transformer keeps its layers) to their children. A block whose parameters
+    are shared with modules outside it (tied embeddings) is left to the root, which holds every
+    parameter no block holds. Only one block's full weights need to be in memory at a time;
+    more blocks mean smaller gathers, and more of them. task.py may choose its own with a
+    function `fsdp_blocks(model) -> list of modules`."""
+    uses = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
+    units = []
+
+    def visit(module: nn.Module) -> None:
+        for child in module.children():
+            if isinstance(child, (nn.ModuleList, nn.ModuleDict)):
+                visit(child)
+                continue
+            inside = Counter(id(p) for _, p in child.named_parameters(remove_duplicate=False))
+            if inside and all(uses[key] == count for key, count in inside.items()):
+                units.append(child)
+
+    visit(model)
+    return units
+
+
+def shard(model: nn.Module, blocks: list[nn.Module], precision: str) -> nn.Module:
+    """FSDP2: each block, then the root, becomes an FSDP module over all ranks (fully_shard
+    changes the model in place: its parameters become DTensors, 1/world of each on each rank).
+    Mixed precision is FSDP's own policy: with bf16 the gathered weights are cast to bfloat16 for
+    the forward and backward passes, the gradients reduced in float32, and the sharded weights and
+    the optimizer stay float32. Created before the optimizer, which must hold the shards."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=DTYPES.get(precision), reduce_dtype=torch.float32)
+    for block in blocks:
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    # DistributedDataParallel copies rank 0's buffers to every rank before each training forward
+    # pass; FSDP does not. The same here, so that a rank's buffers never drift from rank 0's.
+    model.register_forward_pre_hook(lambda module, args: broadcast_buffers(module) if module.training else None)
+    return model
+
+
+def is_sharded(model: nn.Module) -> bool:
+    if not dist.is_initialized():
+        return False
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def broadcast_buffers(model: nn.Module) -> None:
+    """Rank 0's buffers (BatchNorm's running statistics, say) on every rank."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        for buffer in model.buffers():
+            dist.broadcast(buffer, src=0)
 
 
 def no_sync(model: nn.Module, last_micro_batch: bool) -> AbstractContextManager:
     """Within an accumulation window, DDP's gradient all-reduce is needed after the last
-    micro-batch's backward pass only: the others add up locally."""
+    micro-batch's backward pass only: the others add up locally. FSDP reduce-scatters after every
+    micro-batch instead: it keeps the gradients sharded, which is what it is for."""
     if isinstance(model, DistributedDataParallel) and not last_micro_batch:
         return model.no_sync()
     return nullcontext()
@@ -78,9 +164,72 @@ def any_rank(flag: bool) -> bool:
     return bool(value.item())
 
 
+def max_over_ranks(number: int) -> int:
+    if not dist.is_initialized():
+        return number
+    value = torch.tensor([number])
+    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=_host_group)
+    return int(value.item())
+
+
 def sum_over_ranks(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Each tensor summed over every rank (in place; a no-op in one process)."""
     if dist.is_initialized():
         for tensor in tensors.values():
             dist.all_reduce(tensor)
     return tensors
+
+
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The whole model's state_dict, with the same names and values whatever the parallelism.
+    Sharded: every rank must call it (the shards are gathered); rank 0 gets it, on the CPU, the
+    others an empty dict."""
+    if not is_sharded(model):
+        return model.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def sharded_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """(this rank's shards of the model and the optimizer state, as tensors by parameter name, for
+    torch.distributed.checkpoint to write or read into; the optimizer's values that are not
+    tensors: its hyper-parameters, per parameter group)."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    optimizer_state = get_optimizer_state_dict(model, optimizer)
+    tensors = {name: {key: value for key, value in values.items() if isinstance(value, torch.Tensor)}
+               for name, values in optimizer_state["state"].items()}
+    others = {name: {key: value for key, value in values.items() if not isinstance(value, torch.Tensor)}
+              for name, values in optimizer_state["state"].items()}
+    return ({"model": get_model_state_dict(model), "optimizer": tensors},
+            {"optimizer_groups": optimizer_state["param_groups"], "optimizer_values": others})
+
+
+def load_sharded_state(model: nn.Module, optimizer: torch.optim.Optimizer, tensors: dict, others: dict) -> None:
+    """Puts what sharded_state gave (read back from a checkpoint) into the model and the optimizer."""
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+    set_model_state_dict(model, tensors["model"])
+    names = tensors["optimizer"].keys() | others["optimizer_values"].keys()
+    state = {name: {**tensors["optimizer"].get(name, {}), **others["optimizer_values"].get(name, {})}
+             for name in names}
+    set_optimizer_state_dict(model, optimizer, {"state": state, "param_groups": others["optimizer_groups"]})
+
+
+def evaluation_batches(loader, lockstep: bool) -> Iterator[tuple[object, bool]]:
+    """(batch, counted) for each of this rank's evaluation batches. In lockstep (FSDP: every
+    forward pass gathers weights from every rank, so all must make as many), a rank whose share
+    of the split ended first makes forward passes on a spare batch, not counted, until the rank
+    with the most batches is done. A rank with no sample at all borrows the split's first one."""
+    batches = max_over_ranks(len(loader)) if lockstep else len(loader)
+    spare = None
+    for batch in loader:
+        spare = batch if spare is None else spare
+        yield batch, True
+    if spare is None:
+        spare = loader.collate_fn([loader.dataset[(0, 0)]])
+        yield spare, False  # its sums, set to zero, give evaluate their names and kinds
+        batches -= 1
+    for _ in range(batches - len(loader)):
+        yield spare, False

@@ -10,14 +10,15 @@ from pathlib import Path
 from .cli import PACKAGE
 
 
-def launch_training(*args: str, world_size: int = 1, **popen) -> subprocess.Popen:
+def launch_training(*args: str, world_size: int = 1, torchrun: bool = False, **popen) -> subprocess.Popen:
     """`python -m <package>.train ARGS` in a fresh process that imports this same copy of the code,
-    installed or not; for a world size above 1, under `torchrun --standalone` on this machine."""
+    installed or not; for a world size above 1 (or `torchrun`: --parallel fsdp needs it even for
+    one process), under `torchrun --standalone` on this machine."""
     source = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
     launcher = [sys.executable]
-    if world_size > 1:
+    if world_size > 1 or torchrun:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}"]
     popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
     return subprocess.Popen([*launcher, "-m", f"{PACKAGE}.train", *args], env=env, **popen)

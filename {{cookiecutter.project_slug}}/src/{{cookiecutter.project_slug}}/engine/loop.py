@@ -67,17 +67,23 @@ def evaluate(model: nn.Module, loader: DataLoader, task: ModuleType, device: tor
     """The task's figures over `loader`'s whole split.
 
     Runs in eval mode (dropout off, BatchNorm uses its running statistics and does not update
-    them) without gradients, draws no random number, and restores the mode it found.
+    them) without gradients, draws no random number, and restores the mode it found. Under
+    torchrun, rank 0's buffers are first copied to every rank, and under FSDP every rank makes
+    the same number of forward passes (see distributed.evaluation_batches).
     """
     was_training = model.training
     model.eval()
+    distributed.broadcast_buffers(model)  # every rank scores the model that rank 0 saves
     totals = None
     try:
         with torch.no_grad():
-            for batch in loader:
+            for batch, counted in distributed.evaluation_batches(loader, lockstep=distributed.is_sharded(model)):
                 inputs, targets = to_device(batch, device)
                 with autocast(precision, device):
-                    totals = add_sums(totals, task.batch_sums(model(inputs), targets))
+                    sums = task.batch_sums(model(inputs), targets)
+                if not counted:  # a forward pass that FSDP's lockstep needs: its sums count nothing
+                    sums = {name: torch.zeros_like(torch.as_tensor(value)) for name, value in sums.items()}
+                totals = add_sums(totals, sums)
     finally:
         model.train(was_training)
     # Under torchrun each rank saw its own share: add them up, then divide.

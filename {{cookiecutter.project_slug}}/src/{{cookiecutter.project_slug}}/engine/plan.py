@@ -16,12 +16,15 @@ from .. import DEFAULT_SEED
 from ..config import Config, parse_command_line, resume_config
 from . import distributed
 from .checkpoint import load_latest_checkpoint
+from .cli import PACKAGE
 from .cli import refuse as refuse_with
 from .device import select_device
 from .precision import compile_problem, precision_problem
 from .run_folder import make_out_dir, out_dir_refusal
 from .runs import RunError, read_json
 from .tracking import tracking_problem
+from .world_sizes import FILE as WORLD_SIZES
+from .world_sizes import history_on_resume
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,8 @@ class Plan:
     resume_path: Path | None  # its file
     stop_after_steps: int | None
     settings_added: tuple[str, ...] = ()  # settings the resumed run's config.json lacked (recorded before they existed)
+    started_with: int = 1  # the world size the run started with (config.json's), whatever it is now
+    world_sizes: tuple[dict, ...] = ()  # its history once resumed (world_sizes.py); () if it never changed
 
 
 def plan_run(argv: list[str] | None) -> Plan | None:
@@ -44,32 +49,62 @@ def plan_run(argv: list[str] | None) -> Plan | None:
     out = args.out if args.out is not None else Path("runs") / f"seed{typed.get('seed', DEFAULT_SEED)}"
     checkpoint = path = None
     added: list[str] = []
+    started_with, history = world_size, []
     if args.resume:
         if args.overwrite:
             refuse("--resume and --overwrite contradict each other: choose one")
-        config, added = resume_config_or_refuse(out, typed, world_size)
+        config, added, started_with = resume_config_or_refuse(out, typed, world_size)
         if (out / "summary.json").exists():
             print(f"the run in {out} is complete (summary.json exists): nothing to resume")
             return None
-        newest = load_latest_checkpoint(out / "checkpoints")
-        if newest is None:
-            refuse(f"--resume: no intact checkpoint in {out / 'checkpoints'} (the run stopped before its first one); "
-                   "start it again with --overwrite")
-        checkpoint, path = newest
-        if config.precision == "fp16" and not checkpoint.get("scaler"):
-            refuse(f"--resume: {path} has no GradScaler state, which an fp16 run needs to continue exactly "
-                   "(a fresh scaler would start from another loss scale); start again with --overwrite")
+        refuse_if(parallel_problem(config))
+        checkpoint, path = newest_checkpoint(out, config)
+        history = resumed_history(out, started_with, checkpoint, world_size)
     else:
         config = Config(**typed, world_size=world_size)
         refuse_if(out_dir_refusal(out, args.overwrite))
-    refuse_if(config.problem() or tracking_problem(config))
+    refuse_if(parallel_problem(config) or config.problem() or tracking_problem(config))
     try:
         device = select_device(config.device)  # only asks what exists; CUDA stays uninitialised
         if world_size > 1 and device.type == "cuda":  # one GPU per process: the one torchrun assigned
             device = select_device(f"cuda:{local_rank}")
     except ValueError as error:
         refuse(str(error))
-    return Plan(config, out, device, checkpoint, path, args.stop_after_steps, tuple(added))
+    return Plan(config, out, device, checkpoint, path, args.stop_after_steps, tuple(added), started_with,
+                tuple(history))
+
+
+def parallel_problem(config: Config) -> str | None:
+    if config.parallel == "fsdp" and not distributed.under_torchrun():
+        return ("--parallel fsdp shards the model over processes that torchrun starts: torchrun --standalone "
+                f"--nproc-per-node N -m {PACKAGE}.train ... (N may be 1)")
+    return None
+
+
+def newest_checkpoint(out: Path, config: Config) -> tuple[dict, Path]:
+    """The newest intact checkpoint of the run in `out`, in the format its --parallel writes."""
+    newest = load_latest_checkpoint(out / "checkpoints", sharded=config.parallel == "fsdp")
+    if newest is None:
+        other = load_latest_checkpoint(out / "checkpoints", sharded=config.parallel != "fsdp")
+        if other is not None:  # a folder edited by hand: config.json and the checkpoints disagree
+            refuse(f"--resume: {other[1]} was written by another --parallel than config.json's "
+                   f"{config.parallel!r}, and cannot be resumed as that")
+        refuse(f"--resume: no intact checkpoint in {out / 'checkpoints'} (the run stopped before its first one); "
+               "start it again with --overwrite")
+    checkpoint, path = newest
+    if config.precision == "fp16" and not checkpoint.get("scaler"):
+        refuse(f"--resume: {path} has no GradScaler state, which an fp16 run needs to continue exactly "
+               "(a fresh scaler would start from another loss scale); start again with --overwrite")
+    return checkpoint, path
+
+
+def resumed_history(out: Path, started_with: int, checkpoint: dict, world_size: int) -> list[dict]:
+    """world_sizes.json as it will be once resumed (see world_sizes.py)."""
+    try:
+        recorded = (read_json(out / WORLD_SIZES, required=False) or {}).get("world_sizes", [])
+    except RunError as error:
+        refuse(f"--resume: {error}")
+    return history_on_resume(recorded, started_with, checkpoint, world_size)
 
 
 def device_and_folder_problem(plan: Plan) -> str | None:
@@ -83,9 +118,10 @@ def device_and_folder_problem(plan: Plan) -> str | None:
     return problem
 
 
-def resume_config_or_refuse(out: Path, typed: dict, world_size: int) -> tuple[Config, list[str]]:
-    """The recorded config with the typed execution-only changes, and the settings it lacked;
-    refuses contradicting settings, on a finished run too."""
+def resume_config_or_refuse(out: Path, typed: dict, world_size: int) -> tuple[Config, list[str], int]:
+    """The recorded config with the typed execution-only changes and this world size, the
+    settings it lacked, and the world size it recorded; refuses contradicting settings, on a
+    finished run too."""
     if out.exists() and not out.is_dir():
         refuse(f"--resume: --out {out} is a file, not a run folder")
     try:
@@ -97,7 +133,7 @@ def resume_config_or_refuse(out: Path, typed: dict, world_size: int) -> tuple[Co
     config, differing = resume_config(recorded, typed, world_size)
     if differing:
         refuse(f"--resume: the run in {out} was made with other settings: {'; '.join(differing)}")
-    return config, added
+    return config, added, recorded.world_size
 
 
 def refuse(message: str) -> None:

@@ -4,7 +4,8 @@
     environment.json  versions, devices, determinism flags and environment variables in effect
     metrics.csv       one row per optimizer step (split=train) and per evaluation (split=val):
                       epoch, step, split, loss, then each metric the task names
-    checkpoints/      the last few checkpoints, for --resume
+    checkpoints/      the last few checkpoints, for --resume (files; folders of shards under FSDP)
+    world_sizes.json  only if a --resume changed the number of processes: from which step (world_sizes.py)
     tensorboard/      with --tensorboard: the same metrics as TensorBoard event files
     model.pt          the final state_dict (load it with torch.load(..., weights_only=True))
     summary.json      seeds, device, weights_sha256, train_seconds and the final evaluation
@@ -28,7 +29,8 @@ from .files import atomic_write, atomic_write_text, write_json
 from .repro import state_dict_sha256
 
 # The files that make a folder hold a run: a new run refuses such a folder without --overwrite.
-RUN_FILES = ("config.json", "environment.json", "metrics.csv", "model.pt", "summary.json", "checkpoints", "tensorboard")
+RUN_FILES = ("config.json", "environment.json", "metrics.csv", "model.pt", "summary.json", "checkpoints", "tensorboard",
+             "world_sizes.json")
 ERROR_LOG = "error.log"  # not a run on its own: a rerun takes over a folder that holds only this
 ROW_FIELDS = ("epoch", "step", "split")
 SPLITS = ("train", "val")

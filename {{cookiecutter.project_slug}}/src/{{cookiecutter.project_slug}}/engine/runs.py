@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .run_folder import ROW_FIELDS, SPLITS
+from .world_sizes import FILE as WORLD_SIZES
 
 
 class RunError(Exception):
@@ -26,6 +27,7 @@ class Run:
     metrics: list[dict]  # metrics.csv's rows, each value as the string written
     metric_names: tuple[str, ...]  # metrics.csv's columns after epoch, step, split: 'loss' and the task's
     summary: dict | None
+    world_sizes: list[dict] = field(default_factory=list)  # world_sizes.json: [] unless the world size changed
 
     @property
     def weights(self) -> str | None:
@@ -80,16 +82,18 @@ def read_metrics(path: Path) -> tuple[list[dict], tuple[str, ...]]:
 
 
 def read_run(folder: Path) -> Run:
-    """Reads config, environment, metrics and (if the run finished) summary; RunError otherwise."""
+    """Reads config, environment, metrics, (if the run finished) summary and (if its world size
+    changed) world_sizes.json; RunError otherwise."""
     if not folder.exists():
         raise RunError(f"{folder} does not exist")
     if not folder.is_dir():
         raise RunError(f"{folder} is not a folder")
     config = read_json(folder / "config.json", required=True)
     metrics, names = read_metrics(folder / "metrics.csv")
+    history = (read_json(folder / WORLD_SIZES, required=False) or {}).get("world_sizes", [])
     return Run(path=folder, config=config, metrics=metrics, metric_names=names,
                environment=read_json(folder / "environment.json", required=False) or {},
-               summary=read_json(folder / "summary.json", required=False))
+               summary=read_json(folder / "summary.json", required=False), world_sizes=history)
 
 
 def first_divergence(a: Run, b: Run, rows: int | None = None) -> str | None:
