@@ -152,7 +152,9 @@ if "RANK" in os.environ:  # under torchrun, one marker per rank
 def add_then_hold(rows, epoch, at_step, sums):
     add(rows, epoch, at_step, sums)
     if at_step == step:
-        marker.write_text(str(os.getpid()))
+        partial = marker.with_name(marker.name + ".partial")
+        partial.write_text(str(os.getpid()))
+        os.replace(partial, marker)  # whole or absent: the test reads the process id in it
         signal.pause()  # returns after a signal handler ran (SIGTERM); SIGKILL ends the process here
 
 StepRows.add = add_then_hold

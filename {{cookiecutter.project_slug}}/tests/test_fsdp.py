@@ -2,8 +2,10 @@
 world size, under torchrun: gloo processes on the CPU, started the way users start them.
 
 Selected with `pytest -m distributed`. One set-up starts every run at once, in two rounds: the
-runs, and the resumes of those that were stopped. A global batch of 12 and 96 samples let 1, 2
-and 3 processes share every step equally.
+runs, and the resumes of those that were stopped. A global batch of 12 lets 1, 2 and 3 processes
+share every step; 100 samples leave 4 for an epoch's last step (3 processes pad them to 6), and
+give 3 processes 34, 33 and 33 validation samples: 4, 3 and 3 evaluation batches of 11, which FSDP
+must still run in step (every forward pass gathers weights from every rank).
 """
 
 from __future__ import annotations
@@ -25,8 +27,14 @@ import torch
 from {{ cookiecutter.project_slug }} import compare, plot, study, task, verify
 from {{ cookiecutter.project_slug }}.config import Config
 from {{ cookiecutter.project_slug }}.engine import distributed
-from {{ cookiecutter.project_slug }}.engine.checkpoint import KEEP_LAST, read_sharded_checkpoint
+from {{ cookiecutter.project_slug }}.engine.checkpoint import (
+    KEEP_LAST,
+    read_checkpoint,
+    read_sharded_checkpoint,
+    save_sharded_checkpoint,
+)
 from {{ cookiecutter.project_slug }}.engine.repro import state_dict_sha256
+from {{ cookiecutter.project_slug }}.engine.world_sizes import history_on_resume
 from {{ cookiecutter.project_slug }}.train import main
 
 from conftest import (
@@ -44,9 +52,9 @@ from conftest import (
 
 pytestmark = pytest.mark.distributed
 
-SAMPLES, BATCH = 96, 12
+SAMPLES, BATCH = 100, 12
 FLAGS = ("--epochs", "2", "--device", "cpu", "--checkpoint-every", "4", "--max-samples", str(SAMPLES),
-         "--batch-size", str(BATCH), "--seed", "7")
+         "--batch-size", str(BATCH), "--val-batch-size", "11", "--seed", "7")
 FSDP = ("--parallel", "fsdp")
 TRAIN = ("-m", f"{PACKAGE}.train")
 
@@ -364,22 +372,171 @@ def test_a_sharded_checkpoint_missing_a_shard_is_skipped_and_with_none_whole_the
     assert files(stopped) == before
 
 
-def test_a_truncated_shard_or_a_metadata_file_that_would_run_code_makes_a_checkpoint_damaged(launched, tmp_path):
-    newest = sorted((launched["root"] / "fsdp_stopped_as_left" / "checkpoints").iterdir())[-1]
-    state, problem = read_sharded_checkpoint(newest)
-    assert problem is None and state["step"] == stopped_at()
-    truncated = shutil.copytree(newest, tmp_path / "truncated")
-    shard = truncated / "__0_0.distcp"
-    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
-    assert read_sharded_checkpoint(truncated) == (None, "shard __0_0.distcp is truncated")
-    unsafe = shutil.copytree(newest, tmp_path / "unsafe")
-    marker = tmp_path / "code-ran"
 
-    class RunsCode:
-        def __reduce__(self):
-            return (Path.touch, (marker,))
 
-    (unsafe / ".metadata").write_bytes(pickle.dumps(RunsCode()))
-    _, problem = read_sharded_checkpoint(unsafe)
-    assert "could run code" in problem and not marker.exists()
+# ---- the pieces, in this process ---------------------------------------------------------------------
 
+def small_state(step: int, seed: int = 0):
+    """A TrainingState of a small model with BatchNorm, after one AdamW step (no process group:
+    DCP then writes and reads in this one process)."""
+    from {{ cookiecutter.project_slug }}.engine.checkpoint import TrainingState
+    from {{ cookiecutter.project_slug }}.engine.precision import make_scaler
+
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5)
+    model(torch.randn(5, 4)).sum().backward()
+    optimizer.step()
+    scheduler.step()
+    return TrainingState(model, optimizer, scheduler, make_scaler("fp32", torch.device("cpu")), step=step)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # DCP warns that it runs without a process group
+def test_a_sharded_checkpoint_reads_back_into_another_model_and_optimizer_exactly(tmp_path):
+    saved, fresh = small_state(step=3), small_state(step=0, seed=1)
+    path = save_sharded_checkpoint(tmp_path, saved, {"seed": 7}, 1.5)
+    state, problem = read_sharded_checkpoint(path)
+    assert problem is None and state["config"] == {"seed": 7} and "model" not in state
+    fresh.load_checkpoint(state, path)
+    assert all(torch.equal(a, b) for a, b in zip(saved.model.state_dict().values(),
+                                                 fresh.model.state_dict().values(), strict=True))
+    assert str(saved.optimizer.state_dict()) == str(fresh.optimizer.state_dict())
+    assert fresh.scheduler.state_dict() == saved.scheduler.state_dict() and fresh.step == 3
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("damage, problem", [
+    ("missing", "shard __0_0.distcp is missing"), ("truncated", "shard __0_0.distcp is truncated"),
+    ("metadata", "its .metadata is damaged"), ("state", "state.pt: truncated or damaged"),
+    ("code", "its .metadata holds objects other than DCP's records, which could run code when loaded")])
+def test_a_damaged_sharded_checkpoint_is_named_and_skipped_for_the_one_before(damage, problem, tmp_path, capsys):
+    from {{ cookiecutter.project_slug }}.engine.checkpoint import load_latest_checkpoint
+
+    earlier = save_sharded_checkpoint(tmp_path, small_state(step=4), {}, 1.0)
+    newest = save_sharded_checkpoint(tmp_path, small_state(step=8), {}, 2.0)
+    shard, marker = newest / "__0_0.distcp", tmp_path / "code-ran"
+    if damage == "missing":
+        shard.unlink()
+    elif damage == "truncated":
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    elif damage == "metadata":
+        (newest / ".metadata").write_bytes((newest / ".metadata").read_bytes()[:100])
+    elif damage == "code":  # a .metadata that would run code when unpickled
+        (newest / ".metadata").write_bytes(pickle.dumps(RunsCode(marker)))
+    else:
+        (newest / "state.pt").write_bytes(b"PK\x03\x04 torn")
+    assert load_latest_checkpoint(tmp_path, sharded=True)[1] == earlier
+    assert capsys.readouterr().err == f"warning: skipping damaged checkpoint {newest} ({problem})\n"
+    assert not marker.exists()
+
+
+class RunsCode:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_sharded_save_that_fails_half_way_leaves_no_checkpoint_and_the_earlier_one_whole(tmp_path, monkeypatch):
+    import torch.distributed.checkpoint as dcp
+
+    from {{ cookiecutter.project_slug }}.engine.checkpoint import load_latest_checkpoint
+
+    earlier = save_sharded_checkpoint(tmp_path, small_state(step=4), {}, 1.0)
+    real_save = dcp.save
+
+    def save_then_die(state_dict, storage_writer):  # as a kill, or a full disk, after the first shard
+        real_save(state_dict, storage_writer=storage_writer)
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(dcp, "save", save_then_die)
+    with pytest.raises(OSError):
+        save_sharded_checkpoint(tmp_path, small_state(step=8), {}, 2.0)
+    assert [path.name for path in tmp_path.glob("step-*")] == [earlier.name]
+    assert load_latest_checkpoint(tmp_path, sharded=True)[1] == earlier
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_second_sharded_checkpoint_at_one_step_replaces_the_first_whole(tmp_path):
+    """At an epoch's last step: the checkpoint before its evaluation, then the one after it."""
+    save_sharded_checkpoint(tmp_path, small_state(step=8), {"epoch": "before"}, 1.0)
+    path = save_sharded_checkpoint(tmp_path, small_state(step=8, seed=3), {"epoch": "after"}, 2.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # nothing hidden left behind
+    assert read_sharded_checkpoint(path)[0]["config"] == {"epoch": "after"}
+
+
+class Loader(list):
+    """Batches, as a DataLoader's, with what evaluation_batches reads of one."""
+
+    dataset = {(0, 0): "first sample"}
+
+    def collate_fn(self, samples):
+        return ("collated", *samples)
+
+
+@pytest.mark.parametrize("lengths, counts", [((3, 2), (3, 3)), ((2, 0), (2, 2)), ((1, 1), (1, 1))])
+def test_under_fsdp_every_rank_makes_as_many_evaluation_passes_counting_each_batch_once(lengths, counts, monkeypatch):
+    monkeypatch.setattr(distributed, "max_over_ranks", lambda number: max(lengths))
+    for length, count in zip(lengths, counts, strict=True):
+        loader = Loader(f"batch {i}" for i in range(length))
+        passes = list(distributed.evaluation_batches(loader, lockstep=True))
+        assert len(passes) == count
+        assert [batch for batch, counted in passes if counted] == list(loader)
+    assert [batch for batch, _ in distributed.evaluation_batches(Loader([]), lockstep=False)] == [
+        ("collated", "first sample")]  # no sample at all: one uncounted pass, for the sums' names
+
+
+def test_which_blocks_fsdp_shards_any_model():
+    shared = torch.nn.Embedding(10, 4)
+    head = torch.nn.Linear(4, 10)
+    head.weight = shared.weight  # tied: both stay with the root
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.head = shared, head
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(3)])
+            self.parts = torch.nn.ModuleDict({"norm": torch.nn.LayerNorm(4), "act": torch.nn.ReLU()})
+            self.out = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+
+    model = Model()
+    assert distributed.shard_units(model) == [*model.layers, model.parts["norm"], model.out]
+
+
+def test_the_world_size_history_keeps_what_came_before_the_checkpoint_resumed_from():
+    start = [{"step": 0, "world_size": 2}]
+    mid = {"step": 13, "epoch": 1, "epoch_step": 4}
+    assert history_on_resume([], 2, mid, 2) == []  # the same world size: nothing to record
+    changed = history_on_resume([], 2, mid, 3)
+    assert changed == [*start, {**mid, "world_size": 3}]
+    before_eval, after_eval = {"step": 9, "epoch": 0, "epoch_step": 9}, {"step": 9, "epoch": 1, "epoch_step": 0}
+    assert history_on_resume(changed, 2, before_eval, 1) == [*start, {**before_eval, "world_size": 1}]
+    assert history_on_resume(changed, 2, after_eval, 2) == []  # back on 2 before the change: as if never
+    assert history_on_resume([*start, {**before_eval, "world_size": 1}], 2, after_eval, 3) == [
+        *start, {**before_eval, "world_size": 1}, {**after_eval, "world_size": 3}]
+
+
+def test_verify_stops_at_each_change_and_after_the_evaluation_when_the_change_came_after_it():
+    history = [{"step": 0, "world_size": 2}, {"step": 13, "epoch": 1, "epoch_step": 4, "world_size": 3},
+               {"step": 18, "epoch": 2, "epoch_step": 0, "world_size": 1}]
+    stop = "--stop-after-steps"
+    assert verify.launches([], 2, None) == [(2, [])]
+    assert verify.launches(history, 2, None) == [(2, [stop, "13"]), (3, [stop, "18"]), (3, [stop, "18"]), (1, [])]
+    assert verify.launches(history, 2, 10) == [(2, [stop, "10"])]
+    assert verify.launches(history, 2, 15) == [(2, [stop, "13"]), (3, [stop, "15"])]
+
+
+def test_a_run_resumed_at_its_stop_step_before_the_evaluation_stops_after_it(tmp_path, capsys):
+    """What verify needs to re-run a change of world size made after an epoch's evaluation."""
+    flags = [*FLAGS, "--out", str(tmp_path / "run")]
+    assert main([*flags, "--stop-after-steps", str(per_epoch())]) == 0  # the epoch's last step, before its evaluation
+    assert read_run(tmp_path / "run").metrics[-1]["split"] == "train"
+    assert main(["--out", str(tmp_path / "run"), "--resume", "--stop-after-steps", str(per_epoch())]) == 0
+    run = read_run(tmp_path / "run")
+    assert run.metrics[-1]["split"] == "val" and run.summary is None  # evaluated, then stopped
+    assert f"stopped after step {per_epoch()} as asked" in capsys.readouterr().out
+    state, _ = read_checkpoint(sorted((tmp_path / "run" / "checkpoints").glob("step-*.pt"))[-1])
+    assert (state["step"], state["epoch"], state["epoch_step"]) == (per_epoch(), 1, 0)

@@ -11,8 +11,10 @@ they share the model is --parallel:
   just before its forward (and backward) pass and freed after, gradients are reduce-scattered
   back into shards. For a model that does not fit one device; each step moves more data.
 
-Both keep one rule: every rank has the same buffers as rank 0 (BatchNorm's running statistics)
-wherever they are read, so the weights model.pt holds are the ones that were evaluated.
+Buffers (BatchNorm's running statistics) are not sharded: each rank updates its own copy. Rank
+0's are copied to every rank before evaluation and before a checkpoint, so that what is evaluated
+and saved is rank 0's, as under DDP (which also copies them before each training forward pass:
+that matters only to a model whose training forward reads its own buffers).
 """
 
 from __future__ import annotations
@@ -123,9 +125,6 @@ def shard(model: nn.Module, blocks: list[nn.Module], precision: str) -> nn.Modul
     for block in blocks:
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
-    # DistributedDataParallel copies rank 0's buffers to every rank before each training forward
-    # pass; FSDP does not. The same here, so that a rank's buffers never drift from rank 0's.
-    model.register_forward_pre_hook(lambda module, args: broadcast_buffers(module) if module.training else None)
     return model
 
 
