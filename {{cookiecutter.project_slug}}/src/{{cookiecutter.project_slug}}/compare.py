@@ -4,8 +4,8 @@
 
 Exit 0 when the runs are identical (the same result settings, the same world sizes, every
 metrics row and the weight hash), 1 otherwise, 2 for a folder that cannot be read. A run resumed
-with another world size says so (world_sizes.json), and from which step. A setting that one run did not record
-(it is older than the setting) counts as its default.
+with another world size says so (world_sizes.json), and from which step. A setting that one run
+did not record (it is older than the setting) counts as its default.
 """
 
 from __future__ import annotations

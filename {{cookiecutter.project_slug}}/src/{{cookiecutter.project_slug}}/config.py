@@ -115,8 +115,8 @@ class Config:
                             "compiler on the CPU; the first steps compile, which takes a while)", effect="machine")
     parallel: str = setting("ddp", "how the processes that torchrun starts share the model: ddp (each holds all of "
                             "it, gradients are averaged) or fsdp (each holds a shard of the weights, gradients and "
-                            "optimizer state: FSDP2); another reduction order, so kept on --resume", choices=PARALLEL,
-                            effect="machine")
+                            "optimizer state: FSDP2); their reductions may differ in the last bits, so it is kept "
+                            "on --resume", choices=PARALLEL, effect="machine")
     dataset: str = setting({{ cookiecutter.dataset|tojson }}, "the example's data (fixed by the code)", effect="fixed")
     world_size: int = setting(1, "processes under torchrun (set by torchrun)", effect="fixed")
     # How the run executes: --resume may change these.

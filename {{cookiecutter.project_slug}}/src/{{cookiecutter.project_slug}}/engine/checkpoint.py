@@ -103,6 +103,9 @@ def sharded_checkpoint_path(folder: Path, step: int) -> Path:
 
 
 class MetadataUnpickler(pickle.Unpickler):
+    """Unpickles DCP's .metadata, refusing any global but those it is made of (METADATA_NAMES):
+    a pickle that names another one could run code as it loads."""
+
     def find_class(self, module: str, name: str):
         if module in METADATA_MODULES or (module, name) in METADATA_NAMES or (
                 module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
@@ -119,9 +122,8 @@ def read_sharded_checkpoint(path: Path) -> tuple[dict | None, str | None]:
     try:
         with open(path / ".metadata", "rb") as file:
             metadata = MetadataUnpickler(file).load()
-        pieces = list(metadata.storage_data.values())
-        ends = {}
-        for piece in pieces:
+        ends = {}  # each shard file's size, at least
+        for piece in metadata.storage_data.values():
             ends[piece.relative_path] = max(ends.get(piece.relative_path, 0), piece.offset + piece.length)
     except FileNotFoundError:
         return None, "its .metadata is missing"
