@@ -37,7 +37,7 @@ PERTURBED = {
 UNCHANGED = {"val_batch_size": 7, "eval_every": 0, "log_every": 1, "checkpoint_every": 1, "num_workers": 1}
 # Whether these change bits depends on the machine (GPU kernels, thread splits, a compiler): they
 # are recorded and kept on --resume; the GPU and slow tiers test them where they act.
-MACHINE = {"threads", "device", "deterministic", "compile"}
+MACHINE = {"threads", "cpu_kernels", "device", "deterministic", "compile"}
 
 RUNS_IN_ONE_PROCESS = """
 import json, sys

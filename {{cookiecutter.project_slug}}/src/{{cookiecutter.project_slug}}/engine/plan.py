@@ -16,11 +16,13 @@ from .. import DEFAULT_SEED
 from ..config import Config, parse_command_line, resume_config
 from . import distributed
 from .checkpoint import load_latest_checkpoint
+from .cli import prog
 from .cli import refuse as refuse_with
 from .device import select_device
 from .precision import compile_problem, precision_problem
 from .run_folder import make_out_dir, out_dir_refusal
 from .runs import RunError, read_json
+from .startup import PORTABLE_CPU_KERNELS, missing_from_environment, portable_problem
 from .tracking import tracking_problem
 
 
@@ -62,7 +64,7 @@ def plan_run(argv: list[str] | None) -> Plan | None:
     else:
         config = Config(**typed, world_size=world_size)
         refuse_if(out_dir_refusal(out, args.overwrite))
-    refuse_if(config.problem() or tracking_problem(config))
+    refuse_if(config.problem() or tracking_problem(config) or cpu_kernels_problem(config.cpu_kernels))
     try:
         device = select_device(config.device)  # only asks what exists; CUDA stays uninitialised
         if world_size > 1 and device.type == "cuda":  # one GPU per process: the one torchrun assigned
@@ -70,6 +72,20 @@ def plan_run(argv: list[str] | None) -> Plan | None:
     except ValueError as error:
         refuse(str(error))
     return Plan(config, out, device, checkpoint, path, args.stop_after_steps, tuple(added))
+
+
+def cpu_kernels_problem(mode: str) -> str | None:
+    """Why this process cannot train with `--cpu-kernels mode`, or None. The libraries read the pins
+    once, as torch loads: a process that did not start with them (train called from your own script,
+    say) would record "portable" and compute natively."""
+    if mode != "portable":
+        return None
+    problem, missing = portable_problem(), missing_from_environment(PORTABLE_CPU_KERNELS)
+    if problem is None and missing:
+        pins = " ".join(f"{name}={value}" for name, value in missing.items())
+        problem = (f"--cpu-kernels portable: this process did not start with {pins}; start training as "
+                   f"`{prog('train')}`, which sets them, or set them before Python starts")
+    return problem
 
 
 def device_and_folder_problem(plan: Plan) -> str | None:
