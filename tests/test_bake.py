@@ -184,11 +184,18 @@ def test_the_workflow_installs_the_cpu_torch_wheel_before_the_project_and_runs_b
     if not baked.context["github_actions"]:
         pytest.skip("github_actions is false: no workflow")
     workflow = yaml.safe_load((baked.project_path / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8"))
-    runs = [step["run"].split("#")[0].strip() for step in workflow["jobs"]["test"]["steps"] if "run" in step]
-    cpu_torch = next(i for i, run in enumerate(runs) if "torch" in run and "whl/cpu" in run)
-    project = next(i for i, run in enumerate(runs) if "install -e" in run)
-    assert cpu_torch < project
-    assert "pytest" in runs and "pytest -m distributed" in runs
+    steps = workflow["jobs"]["test"]["steps"]
+    # Two paths: a committed requirements.lock (its hash-checked stack, then the project alone), or none.
+    for lock_committed in ("!=", "=="):
+        runs = [step["run"].split("#")[0].strip() for step in steps
+                if "run" in step and lock_committed in step.get("if", lock_committed)]
+        cpu_torch = next(i for i, run in enumerate(runs) if "whl/cpu" in run)
+        project = next(i for i, run in enumerate(runs) if "install" in run and " -e " in run)
+        assert cpu_torch < project, runs
+        assert "pytest" in runs and "pytest -m distributed" in runs
+        locked = [run for run in runs if "-r requirements.lock" in run]
+        assert bool(locked and "--require-hashes" in locked[0] and "--no-deps -e ." in runs[project]) \
+            == (lock_committed == "!="), runs
 
 
 def test_the_pre_commit_ruff_is_the_dev_extras_ruff(baked):

@@ -35,18 +35,18 @@ OTHER_SHELL = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41", 
 NO_PORTABLE = portable_problem()
 needs_portable = pytest.mark.skipif(NO_PORTABLE is not None, reason=f"this CPU cannot run the pins: {NO_PORTABLE}")
 
+# No torch here, to keep it cheap: that torch obeys the variables is what the slow test shows.
 PRINT_KERNELS = f"""
 import json, sys
 from {PACKAGE}.engine.startup import relaunch_with_run_environment, cpu_kernel_variables
 relaunch_with_run_environment(sys.argv[1:], default_seed=0)
-import torch
-print(json.dumps([torch.backends.cpu.get_cpu_capability(), cpu_kernel_variables()]))
+print(json.dumps(cpu_kernel_variables()))
 """
 
 
 def kernels_in_a_fresh_process(*argv: str) -> subprocess.Popen:
     """A fresh interpreter from OTHER_SHELL that relaunches as train would for `argv`, then says
-    which ATen capability torch picked and which kernel variables it started with."""
+    which kernel variables it started with (the ones torch would read)."""
     return subprocess.Popen([sys.executable, "-c", PRINT_KERNELS, *argv], stdout=subprocess.PIPE, text=True,
                             env=python_env(**OTHER_SHELL))
 
@@ -55,9 +55,8 @@ def kernels_in_a_fresh_process(*argv: str) -> subprocess.Popen:
 def test_the_relaunch_pins_the_cpu_kernels_under_portable_and_leaves_the_shells_under_native():
     portable, native = kernels_in_a_fresh_process("--cpu-kernels", "portable"), kernels_in_a_fresh_process()
     (portable_out, _), (native_out, _) = portable.communicate(timeout=300), native.communicate(timeout=300)
-    assert json.loads(portable_out) == ["AVX2", PINS]
-    # The negative control: without the pin the shell's variables rule, and ATen obeys them.
-    assert json.loads(native_out) == ["DEFAULT", OTHER_SHELL]
+    assert json.loads(portable_out) == PINS
+    assert json.loads(native_out) == OTHER_SHELL  # the negative control: without the pin, the shell's
 
 
 def test_a_resumed_run_relaunches_with_its_recorded_cpu_kernels(tmp_path):
@@ -211,11 +210,22 @@ def test_portable_runs_from_different_shells_give_one_hash_and_native_runs_do_no
     portable = {name: run.weights for name, run in done.items() if name.startswith("portable")}
     native = {name: run.weights for name, run in done.items() if name.startswith("native_") and name[7:] in SHELLS}
     assert len(set(portable.values())) == 1, portable
-    assert all(run.environment["cpu_kernel_variables"] == PINS for name, run in done.items() if name in portable)
+    assert all(run.environment["cpu_kernel_variables"] == PINS and run.environment["cpu_capability"] == "AVX2"
+               for name, run in done.items() if name in portable)
+    assert done["native_aten_default"].environment["cpu_capability"] == "DEFAULT"  # ATen obeys the shell natively
     # The negative control: natively, the shell's variables change the bits.
     assert len(set(native.values())) > 1, native
     # What the pins promise: the run this machine makes under them is the one an AVX2 machine makes.
-    assert done["native_on_an_avx2_machine"].weights == portable["portable_none"]
+    avx2_run = done["native_on_an_avx2_machine"]
+    assert avx2_run.weights == portable["portable_none"]
+    # verify, from this test's own shell: a portable run made in the hostile shell reproduces; the
+    # native run from the "AVX2 machine" is explained first, then diverges (where this CPU goes past AVX2).
+    assert verify.verify(done["portable_all_other"])[0] == 0
+    if torch.backends.cpu.get_cpu_capability() != "AVX2":
+        assert any(line.startswith("cpu_capability: 'AVX2' -> ") and "--cpu-kernels portable" in line
+                   for line in verify.machine_check(avx2_run)[1])
+        code, lines = verify.verify(avx2_run)
+        assert code == 1 and lines[-1].startswith("DIVERGED at step"), lines
 
 
 @pytest.mark.slow
