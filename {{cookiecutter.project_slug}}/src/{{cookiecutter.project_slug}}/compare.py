@@ -1,4 +1,5 @@
-"""Compares two run folders: settings, environments, the first step where they part, final results.
+"""Compares two run folders: settings, environments (each difference explained: whether it is known
+to change bits, and what to do), the first step where they part, final results.
 
     python -m {{ cookiecutter.project_slug }}.compare runs/a runs/b [--plot curves.png]
 

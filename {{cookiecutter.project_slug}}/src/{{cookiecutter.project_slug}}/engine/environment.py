@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .cli import prog
 from .device import available_devices
 from .repro import determinism_flags
 from .runs import RunError, read_json
@@ -51,8 +52,8 @@ EXPLAINED = {
     "device_name": ("changes bits on a GPU", "other GPU models run other kernels; on a CPU, cpu_capability is "
                     "what matters"),
     "intra_op_threads": ("changes bits", "reductions are split by thread; rerun both with one --threads"),
-    "python_hash_seed": ("changes bits if the task iterates sets of strings", "start training as "
-                         "`python -m <package>.train`, which sets it from --seed"),
+    "python_hash_seed": ("changes bits if the task iterates sets of strings", f"start training as "
+                         f"`{prog('train')}`, which sets it from --seed"),
     "determinism": ("changes bits", "rerun both with one --deterministic"),
     "platform": ("not known to change bits", "the operating system and its version; the other entries say "
                  "what matters"),
