@@ -100,6 +100,19 @@ def test_sigterm_finishes_the_step_writes_a_checkpoint_and_says_how_to_resume(in
     assert "Traceback" not in stderr
 
 
+def test_ctrl_c_finishes_the_step_writes_its_checkpoint_and_says_how_to_resume(tmp_path):
+    """Ctrl-C in a terminal sends SIGINT to the whole process group, as the test does."""
+    run = tmp_path / "interrupted"
+    process, marker = start_held(run, 3, ())
+    wait_until(marker.exists, process, "reaching step 3")
+    process.kill_group(signal.SIGINT)
+    assert process.wait() == 128 + signal.SIGINT
+    lines = process.stderr.strip().splitlines()
+    assert len(lines) == 1 and "SIGINT: stopped after step 3, checkpoint " in lines[0] and "--resume" in lines[0]
+    assert (run / "checkpoints" / "step-00000003.pt").exists()  # the stop step's own, not the last periodic one
+    assert "Traceback" not in process.stderr
+
+
 def test_sigkill_is_a_real_kill(interrupted):
     stopped, _ = interrupted
     assert stopped["sigkill_workers2"][0] == -signal.SIGKILL
