@@ -54,7 +54,8 @@ def flags_of(name: str, value) -> list[str]:
 def perturbation_runs(root: Path) -> dict:
     runs = {"base": [], **{name: flags_of(name, value) for name, value in {**PERTURBED, **UNCHANGED}.items()},
             "momentum_under_one_cycle": ["--schedule", "one-cycle", "--momentum", "0.5"],
-            "one_cycle": ["--schedule", "one-cycle"], "base_again": []}
+            "one_cycle": ["--schedule", "one-cycle"], "adamw": ["--optimizer", "adamw"],
+            "momentum_under_adamw": ["--optimizer", "adamw", "--momentum", "0.5"], "base_again": []}
     argvs = {name: [*BASE, *extra, "--out", str(root / name)] for name, extra in runs.items()}
     process = start([sys.executable, "-c", RUNS_IN_ONE_PROCESS.format(package=PACKAGE), json.dumps(argvs)],
                     root / "perturbed.log", env=python_env(PYTHONHASHSEED="7"))
@@ -96,9 +97,11 @@ def test_each_setting_that_cannot_change_the_weights_leaves_them(name, perturbed
     assert perturbed[name].weights == perturbed["base"].weights
 
 
-def test_momentum_acts_under_the_one_cycle_schedule_too(perturbed):
-    """OneCycleLR cycles momentum itself unless told not to, which would make --momentum inert."""
+def test_momentum_acts_under_the_one_cycle_schedule_and_as_adamws_beta1_too(perturbed):
+    """OneCycleLR cycles momentum itself unless told not to, which would make --momentum inert;
+    for AdamW the flag is beta1."""
     assert perturbed["momentum_under_one_cycle"].weights != perturbed["one_cycle"].weights
+    assert perturbed["momentum_under_adamw"].weights != perturbed["adamw"].weights
 
 
 def gradient_norms_at_each_step(precision: str, clip: float) -> list[float]:

@@ -118,6 +118,31 @@ def test_compare_finds_identical_runs_identical(runs, capsys):
     assert "IDENTICAL" in capsys.readouterr().out
 
 
+def test_compare_finds_runs_that_differ_only_in_how_they_executed_identical(runs, capsys):
+    """Workers and prefetching change no result: listed as config differences, still IDENTICAL."""
+    assert compare.main([str(runs["seed7"].path), str(runs["seed7_workers2_persistent"].path)]) == 0
+    out = capsys.readouterr().out
+    assert "num_workers: 0 -> 2" in out and out.strip().endswith("IDENTICAL")
+
+
+def test_compare_finds_a_log_cut_short_different(runs, tmp_path, capsys):
+    copy = shutil.copytree(runs["seed7"].path, tmp_path / "short")
+    lines = (copy / "metrics.csv").read_text().splitlines(keepends=True)
+    (copy / "metrics.csv").write_text("".join(lines[:-3]))  # as if the last rows were lost
+    assert compare.main([str(runs["seed7"].path), str(copy)]) == 1
+    assert f"one log has {len(lines) - 1} rows, the other {len(lines) - 4}" in capsys.readouterr().out
+
+
+def test_verify_finds_other_final_weights_even_when_every_row_is_equal(runs, tmp_path):
+    run = runs["seed7"]
+    copy = shutil.copytree(run.path, tmp_path / "other-weights")
+    summary = json.loads((copy / "summary.json").read_text())
+    summary["weights_sha256"] = "0" * 64
+    (copy / "summary.json").write_text(json.dumps(summary))
+    code, lines = verify.report(read_run(copy), run.config, run, None, [])
+    assert code == 1 and lines[-1] == f"DIVERGED at final weights: {'0' * 64} vs {run.weights} (recorded vs re-run)"
+
+
 def test_compare_lists_the_seed_and_the_first_divergence_of_different_runs(runs, capsys):
     assert compare.main([str(runs["seed7"].path), str(runs["seed8"].path)]) == 1
     out = capsys.readouterr().out
