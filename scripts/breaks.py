@@ -2,6 +2,7 @@
 
     python scripts/breaks.py patches          # rewrites every exercise's break.patch from breaks/exercises.toml
     python scripts/breaks.py patches --check  # exit 1, naming them, if a committed patch is not the one it gives
+    python scripts/breaks.py kill-ratio       # each mutation against whole tiers of the generated suite
 
 A break replaces one piece of text inside one function (or method, `Class.method`) of one file of
 the package: the text must be there exactly once, so that a change to the code that moves or
@@ -15,8 +16,13 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import json
+import os
+import platform
+import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,12 +136,47 @@ def patches(check: bool) -> int:
     return 0
 
 
+TIERS = {"plain": [], "distributed": ["-m", "distributed"], "slow": ["-m", "slow"]}
+
+
+def killed_by(project: Path, brk: Break, tier: list[str]) -> bool:
+    """Whether the tier's suite fails with `brk` applied (stopping at the first failure)."""
+    path, original = apply(project, brk)
+    try:
+        result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tier],
+                                cwd=project, capture_output=True, text=True, timeout=3600)
+    finally:
+        path.write_text(original, encoding="utf-8")
+    return result.returncode != 0
+
+
+def kill_ratio(output: Path) -> int:
+    """Every mutation against the plain tier, and the survivors against the other two; a JSON
+    record of who caught what, and the ratios, into `output`."""
+    mutations = load("mutations")
+    record = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+              "command": "python scripts/breaks.py kill-ratio", "caught": {}}
+    with tempfile.TemporaryDirectory() as scratch:
+        project = bake(Path(scratch))
+        for brk in mutations:
+            caught = next((name for name, tier in TIERS.items() if killed_by(project, brk, tier)), None)
+            record["caught"][brk.name] = caught
+            print(f"{brk.name}: {caught or 'SURVIVED'}", flush=True)
+    caught = record["caught"].values()
+    record["plain"] = f"{sum(c == 'plain' for c in caught)}/{len(mutations)}"
+    record["all_tiers"] = f"{sum(c is not None for c in caught)}/{len(mutations)}"
+    output.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    print(f"plain pytest: {record['plain']}; all tiers: {record['all_tiers']} -> {output}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["patches"])
-    parser.add_argument("--check", action="store_true", help="only compare; change nothing")
+    parser.add_argument("command", choices=["patches", "kill-ratio"])
+    parser.add_argument("--check", action="store_true", help="patches: only compare; change nothing")
+    parser.add_argument("--out", type=Path, default=BREAKS / "kill-ratio.json", help="kill-ratio: the record")
     args = parser.parse_args()
-    return patches(args.check)
+    return patches(args.check) if args.command == "patches" else kill_ratio(args.out)
 
 
 if __name__ == "__main__":

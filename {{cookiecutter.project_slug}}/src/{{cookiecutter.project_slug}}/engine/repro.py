@@ -51,7 +51,7 @@ def seed_everything(seed: int) -> None:
     """Seeds every global generator a training script draws from: Python, NumPy, torch (CPU, CUDA, MPS).
 
     Seeding makes the *first* draw repeat. It does not make kernels deterministic
-    (see configure_determinism). DataLoader workers are separate processes: utils/loader.py makes
+    (see configure_determinism). DataLoader workers are separate processes: engine/loader.py makes
     what a dataset draws there a function of (seed, epoch, index) instead.
     """
     seed = check_seed(seed)
