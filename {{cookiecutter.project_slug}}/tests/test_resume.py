@@ -190,6 +190,26 @@ def test_resume_of_a_finished_run_with_its_own_settings_has_nothing_to_do(runs, 
     assert "nothing to resume" in capsys.readouterr().out
 
 
+def test_a_resume_cuts_metrics_csv_back_to_the_rows_its_checkpoint_counted(runs, tmp_path, capsys):
+    """Rows written after the checkpoint (one of them torn by the kill) are dropped and written
+    again, once: as if the run had been killed late in its second epoch."""
+    import torch
+
+    copy = shutil.copytree(runs["seed7"].path, tmp_path / "copy")
+    (copy / "summary.json").unlink()
+    (copy / "model.pt").unlink()
+    checkpoints = sorted((copy / "checkpoints").glob("step-*.pt"))
+    for newer in checkpoints[1:]:
+        newer.unlink()  # resume from the oldest one kept
+    counted = torch.load(checkpoints[0], weights_only=True)["metrics_rows"]
+    with open(copy / "metrics.csv", "a") as metrics:
+        metrics.write("1,99,train,0.5")  # a torn row, after all the rows the checkpoint did not count
+    assert len((copy / "metrics.csv").read_text().splitlines()) > 1 + counted + 1
+    assert main(["--out", str(copy), "--resume"]) == 0  # in this process
+    resumed = read_run(copy)
+    assert resumed.metrics == runs["seed7"].metrics and resumed.weights == runs["seed7"].weights
+
+
 def test_resume_where_there_is_no_run_is_refused(tmp_path, capsys):
     assert "holds no run (config.json is missing)" in refused(["--out", str(tmp_path), "--resume"], capsys)
 

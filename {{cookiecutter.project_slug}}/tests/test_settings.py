@@ -215,3 +215,26 @@ def test_a_step_of_an_accumulating_run_sees_the_global_batch(accumulated):
     samples = min(96, len(task.make_datasets(Config())[0]))
     assert run.config["accumulate"] == 4 and run.config["batch_size"] == BATCH
     assert run.summary["steps"] == 2 * -(-samples // BATCH)  # steps per epoch: global batches, not micro-batches
+
+
+def learning_rates(schedule: str, warmup: int, steps: int = 20) -> list[float]:
+    from {{ cookiecutter.project_slug }}.engine.optim import make_optimizer
+
+    config = Config(lr=0.1, schedule=schedule, warmup_steps=warmup)
+    optimizer, scheduler = make_optimizer(torch.nn.Linear(2, 1), config, steps=steps)
+    rates = []
+    for _ in range(steps):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return rates
+
+
+def test_each_schedule_takes_the_learning_rates_it_promises():
+    warm = learning_rates("constant", warmup=4)
+    assert warm == pytest.approx([0.02, 0.04, 0.06, 0.08] + [0.1] * 16)
+    cosine = learning_rates("cosine", warmup=4)
+    assert cosine[:4] == warm[:4] and cosine[4] == pytest.approx(0.1)
+    assert all(a > b for a, b in zip(cosine[4:], cosine[5:], strict=False)) and cosine[-1] < 0.01  # down towards 0
+    cycle = learning_rates("one-cycle", warmup=0)
+    assert max(cycle) == pytest.approx(0.1, rel=1e-3) and cycle[0] < 0.01 and cycle[-1] < 0.001
