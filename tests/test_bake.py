@@ -11,6 +11,7 @@ import py_compile
 import site
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -23,7 +24,7 @@ try:  # Python 3.11+
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from conftest import AWKWARD_NAME, COOKIECUTTER_JSON, COPIER_ANSWERS_TEMPLATE, TEMPLATE_DIR, post_gen
+from conftest import AWKWARD_NAME, COOKIECUTTER_JSON, COPIER_ANSWERS_TEMPLATE, SUITE_SECONDS, TEMPLATE_DIR, post_gen
 
 COMBINATIONS = {
     "defaults": {},
@@ -75,6 +76,7 @@ def baked(request, cookies_session):
     result = cookies_session.bake(extra_context=COMBINATIONS[request.param],
                                   template=str(Path(__file__).resolve().parents[1]))
     assert result.exit_code == 0, result.exception
+    result.combination = request.param
     return result
 
 
@@ -222,15 +224,20 @@ def test_the_license_names_the_author(baked):
         baked.context["license"]] in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("selection", [[], ["-m", "distributed"]], ids=["pytest", "pytest -m distributed"])
 def test_the_generated_test_suite_passes(baked, selection):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    started = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selection],
                             cwd=baked.project_path, capture_output=True, text=True, env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert " passed" in result.stdout and " failed" not in result.stdout
+    if not selection:
+        SUITE_SECONDS[baked.combination] = time.perf_counter() - started
 
 
+@pytest.mark.slow
 def test_the_generated_slow_tests_pass(cookies_session):
     """Mixed precision and torch.compile (minutes of compiling): for the defaults only, since no
     option changes that code."""

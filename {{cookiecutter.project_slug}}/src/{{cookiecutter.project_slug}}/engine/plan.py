@@ -6,6 +6,7 @@ Every check of the input happens here: a mistake gets one line and exit 2, and a
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,9 +117,7 @@ def resume_config_or_refuse(out: Path, typed: dict, world_size: int) -> tuple[Co
     return config, added
 
 
-def refuse(message: str) -> None:
-    """One line on stderr and exit 2, like argparse's own errors."""
-    refuse_with("train", message)
+refuse = functools.partial(refuse_with, "train")  # one line on stderr and exit 2, like argparse's own errors
 
 
 def refuse_if(message: str | None) -> None:
