@@ -185,6 +185,16 @@ def test_doctor_says_when_a_cuda_build_of_torch_has_no_gpu_to_use(monkeypatch):
     assert doctor.cuda_build_note() is None
 
 
+def test_the_gpu_driver_is_read_from_nvidia_smi_and_is_none_without_it(tmp_path, monkeypatch):
+    fake = tmp_path / "nvidia-smi"  # prints what the real one prints for --query-gpu=driver_version
+    fake.write_text("#!/bin/sh\necho 550.54.15\necho 550.54.15\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert environment.gpu_driver() == "550.54.15"
+    fake.unlink()
+    assert environment.gpu_driver() is None
+
+
 def test_doctor_refuses_requirements_without_a_run_folder(capsys):
     with pytest.raises(SystemExit) as exit_info:
         doctor.main(["--quick", "--requirements", "requirements-run.txt"])
