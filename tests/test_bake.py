@@ -108,7 +108,7 @@ def test_the_core_files_are_there(baked):
     """A check that does not lean on the template folder: these are what the README promises."""
     package = baked.context["project_slug"]
     core = {"README.md", "pyproject.toml", f"src/{package}/train.py", f"src/{package}/config.py",
-            f"src/{package}/data.py", f"src/{package}/model.py"}
+            f"src/{package}/task.py", f"src/{package}/engine/loop.py"}
     assert core <= project_files(baked.project_path)
 
 
