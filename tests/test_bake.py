@@ -11,6 +11,7 @@ import py_compile
 import site
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -23,7 +24,7 @@ try:  # Python 3.11+
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from conftest import AWKWARD_NAME, COOKIECUTTER_JSON, COPIER_ANSWERS_TEMPLATE, TEMPLATE_DIR, post_gen
+from conftest import AWKWARD_NAME, COOKIECUTTER_JSON, COPIER_ANSWERS_TEMPLATE, SUITE_SECONDS, TEMPLATE_DIR, post_gen
 
 COMBINATIONS = {
     "defaults": {},
@@ -75,6 +76,7 @@ def baked(request, cookies_session):
     result = cookies_session.bake(extra_context=COMBINATIONS[request.param],
                                   template=str(Path(__file__).resolve().parents[1]))
     assert result.exit_code == 0, result.exception
+    result.combination = request.param
     return result
 
 
@@ -106,7 +108,7 @@ def test_the_core_files_are_there(baked):
     """A check that does not lean on the template folder: these are what the README promises."""
     package = baked.context["project_slug"]
     core = {"README.md", "pyproject.toml", f"src/{package}/train.py", f"src/{package}/config.py",
-            f"src/{package}/data.py", f"src/{package}/model.py"}
+            f"src/{package}/task.py", f"src/{package}/engine/loop.py"}
     assert core <= project_files(baked.project_path)
 
 
@@ -184,11 +186,18 @@ def test_the_workflow_installs_the_cpu_torch_wheel_before_the_project_and_runs_b
     if not baked.context["github_actions"]:
         pytest.skip("github_actions is false: no workflow")
     workflow = yaml.safe_load((baked.project_path / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8"))
-    runs = [step["run"].split("#")[0].strip() for step in workflow["jobs"]["test"]["steps"] if "run" in step]
-    cpu_torch = next(i for i, run in enumerate(runs) if "torch" in run and "whl/cpu" in run)
-    project = next(i for i, run in enumerate(runs) if "install -e" in run)
-    assert cpu_torch < project
-    assert "pytest" in runs and "pytest -m distributed" in runs
+    steps = workflow["jobs"]["test"]["steps"]
+    # Two paths: a committed requirements.lock (its hash-checked stack, then the project alone), or none.
+    for lock_committed in ("!=", "=="):
+        runs = [step["run"].split("#")[0].strip() for step in steps
+                if "run" in step and lock_committed in step.get("if", lock_committed)]
+        cpu_torch = next(i for i, run in enumerate(runs) if "whl/cpu" in run)
+        project = next(i for i, run in enumerate(runs) if "install" in run and " -e " in run)
+        assert cpu_torch < project, runs
+        assert "pytest" in runs and "pytest -m distributed" in runs
+        locked = [run for run in runs if "-r requirements.lock" in run]
+        assert bool(locked and "--require-hashes" in locked[0] and "--no-deps -e ." in runs[project]) \
+            == (lock_committed == "!="), runs
 
 
 def test_the_pre_commit_ruff_is_the_dev_extras_ruff(baked):
@@ -215,15 +224,20 @@ def test_the_license_names_the_author(baked):
         baked.context["license"]] in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("selection", [[], ["-m", "distributed"]], ids=["pytest", "pytest -m distributed"])
 def test_the_generated_test_suite_passes(baked, selection):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    started = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selection],
                             cwd=baked.project_path, capture_output=True, text=True, env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert " passed" in result.stdout and " failed" not in result.stdout
+    if not selection:
+        SUITE_SECONDS[baked.combination] = time.perf_counter() - started
 
 
+@pytest.mark.slow
 def test_the_generated_slow_tests_pass(cookies_session):
     """Mixed precision and torch.compile (minutes of compiling): for the defaults only, since no
     option changes that code."""

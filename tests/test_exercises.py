@@ -22,7 +22,9 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TEMPLATE_DIR
+from conftest import ROOT, TEMPLATE_DIR, load
+
+breaks = load("breaks", ROOT / "scripts" / "breaks.py")
 
 EXERCISES_DIR = TEMPLATE_DIR / "exercises"
 EXERCISES = sorted(path.name for path in EXERCISES_DIR.iterdir() if path.is_dir())
@@ -135,6 +137,20 @@ def test_there_are_exercises_and_each_has_two_readmes_one_caught_by_line_and_a_p
             assert f"]({exercise}/)" in (EXERCISES_DIR / index).read_text(encoding="utf-8"), (index, exercise)
 
 
+def test_each_exercise_is_described_once_in_breaks_exercises_toml_with_its_readmes_test():
+    described = {brk.name: brk for brk in breaks.load("exercises")}
+    assert sorted(described) == EXERCISES
+    for exercise in EXERCISES:
+        assert described[exercise].caught_by == caught_by(exercise), exercise
+        assert described[exercise].gpu_only == gpu_only(exercise), exercise
+
+
+def test_the_committed_patches_are_the_ones_that_breaks_exercises_toml_gives_for_the_current_code(capsys):
+    """Rebuilt against a fresh bake of the working tree: a change to the code that a patch no longer
+    fits fails here, naming it; `python scripts/breaks.py patches` rewrites them."""
+    assert breaks.patches(check=True) == 0, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("exercise", EXERCISES)
 def test_a_patch_is_plain_text_but_the_package_name(exercise):
     """A patch renders for any package name, and holds no other template syntax."""
@@ -187,6 +203,7 @@ def test_every_test_and_exercise_the_proof_matrix_names_exists(project):
     assert not missing, f"exercises name tests that do not exist: {missing}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exercise", EXERCISES)
 def test_a_break_patch_makes_its_named_test_fail_and_comes_off_again(exercise, project, unbroken):
     named, patch = caught_by(exercise), f"exercises/{exercise}/break.patch"

@@ -23,17 +23,39 @@ def test_the_generated_readme_sets_up_a_venv_then_the_cpu_wheel_then_the_project
     assert_in_order(text, "-m venv .venv", CPU_WHEEL, 'python -m pip install -e ".[dev]"', "pytest")
 
 
-def test_the_generated_readme_says_the_batch_size_is_per_process_under_torchrun():
+def test_the_generated_readme_says_the_batch_size_is_the_global_batch_and_how_it_is_shared():
     text = GENERATED_README["en"].read_text(encoding="utf-8")
-    assert "samples per optimizer step **in each process**" in text
-    assert "the global batch is N × 64" in text
+    assert "| `--batch-size` | 64 | the global batch: samples per optimizer step, over all processes and" in text
+    assert "each process takes 64 / (4 × 2) = 8 samples at a time" in text
 
 
-def test_the_generated_readme_teaches_bringing_your_own_data_and_model():
+def test_the_generated_readme_teaches_bringing_your_own_task():
     text = GENERATED_README["en"].read_text(encoding="utf-8")
-    assert "## Bring your own data and model" in text
-    assert "def make_datasets(config):" in text and "def make_model(config):" in text
+    assert "## Bring your own task" in text and "### What the tests need from your task" in text
+    assert "### State carried between batches" in text
     assert "Do not keep a generator of your own" in text
+
+
+def test_the_readmes_f1_recipe_computes_scikit_learns_macro_f1_over_a_whole_split_from_batch_sums():
+    """The README's answer to "a metric that is not a mean of per-batch parts", run: its sums added
+    up over batches give exactly scikit-learn's macro-F1 of the whole split."""
+    import torch
+    import torch.nn.functional as F
+    from sklearn.metrics import f1_score
+
+    text = GENERATED_README["en"].read_text(encoding="utf-8")
+    [recipe] = [block for block in text.split("```python\n")[1:] if "macro_f1" in block.split("```")[0]]
+    namespace = {"F": F, "NUM_CLASSES": 4}
+    exec(recipe.split("```")[0], namespace)
+    generator = torch.Generator().manual_seed(0)
+    outputs, targets = torch.randn(100, 4, generator=generator), torch.randint(0, 4, (100,), generator=generator)
+    totals = None
+    for start in range(0, 100, 32):  # batches of 32, 32, 32 and 4, as evaluation sees them
+        sums = namespace["batch_sums"](outputs[start:start + 32], targets[start:start + 32])
+        totals = sums if totals is None else {name: totals[name] + value for name, value in sums.items()}
+    macro_f1 = float(namespace["metrics_from_sums"](totals)["macro_f1"])
+    expected = f1_score(targets.numpy(), outputs.argmax(dim=1).numpy(), average="macro")
+    assert abs(macro_f1 - expected) < 1e-6
 
 
 def test_each_language_bakes_one_readme_in_that_language(cookies):

@@ -162,6 +162,11 @@ sys.exit(main(sys.argv[3:]))
 """
 
 
+# test_resume.py, test_settings.py, test_precision.py and test_distributed.py each spell out
+# "start held, wait for the marker, signal or kill the group, wait, resume" rather than call one
+# helper that does it all: each varies a different part (the signal, when it comes, what is killed,
+# how many runs at once, which flags the resume gets), and a reader of a resume test should see in
+# the test's own module exactly which interruption the proof is about.
 def held_at_step_code(prelude: str = "") -> str:
     return HELD_AT_STEP.format(package=PACKAGE, prelude=prelude)
 

@@ -37,3 +37,20 @@ def test_without_any_intact_checkpoint_there_is_nothing_to_resume_from(tmp_path,
     (tmp_path / "step-00000004.pt").write_bytes(b"torn")
     assert load_latest_checkpoint(tmp_path) is None
     assert "skipping damaged checkpoint" in capsys.readouterr().err
+
+
+def test_checkpoints_are_ordered_by_step_past_9_99_and_999_and_only_the_newest_three_are_kept(tmp_path):
+    """File names sort as the steps do (zero-padded), so the newest is the highest step."""
+    from {{ cookiecutter.project_slug }}.engine.checkpoint import (
+        FORMAT_VERSION,
+        KEEP_LAST,
+        load_latest_checkpoint,
+        save_checkpoint,
+    )
+
+    for step in (8, 9, 10, 99, 100, 999, 1000):
+        save_checkpoint(tmp_path, {"step": step})
+    assert sorted(p.name for p in tmp_path.glob("step-*.pt")) == [
+        "step-00000100.pt", "step-00000999.pt", "step-00001000.pt"][-KEEP_LAST:]
+    state, path = load_latest_checkpoint(tmp_path)
+    assert state == {"format_version": FORMAT_VERSION, "step": 1000} and path.name == "step-00001000.pt"

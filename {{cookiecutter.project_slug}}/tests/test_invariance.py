@@ -60,8 +60,8 @@ def set_order(code: str, shell_hash_seed: str) -> str:
 
 
 def test_a_set_of_strings_iterates_in_one_order_from_shells_with_different_hash_seeds():
-    relaunched = (f"from {PACKAGE}.engine.hashseed import relaunch_with_hash_seed\n"
-                  f"relaunch_with_hash_seed(['--seed', '7'], default_seed=0)\n"
+    relaunched = (f"from {PACKAGE}.engine.startup import relaunch_with_run_environment\n"
+                  f"relaunch_with_run_environment(['--seed', '7'], default_seed=0)\n"
                   f"print(list({STRINGS}))")
     assert set_order(relaunched, "1") == set_order(relaunched, "2")
 
@@ -79,14 +79,14 @@ def test_the_thread_count_in_effect_is_the_configured_one(runs):
 
 def test_a_resumed_run_relaunches_with_the_recorded_seed_when_no_seed_is_typed(tmp_path):
     (tmp_path / "config.json").write_text('{"seed": 7}')
-    code = (f"from {PACKAGE}.engine.hashseed import relaunch_with_hash_seed, hash_seed_in_effect\n"
-            f"relaunch_with_hash_seed(['--out', {str(tmp_path)!r}, '--resume'], default_seed=42)\n"
+    code = (f"from {PACKAGE}.engine.startup import relaunch_with_run_environment, hash_seed_in_effect\n"
+            f"relaunch_with_run_environment(['--out', {str(tmp_path)!r}, '--resume'], default_seed=42)\n"
             f"print(hash_seed_in_effect())")
     assert set_order(code, "123").strip() == "7"
 
 
 def test_the_hash_seed_scan_leaves_every_malformed_command_line_to_train():
-    from {{ cookiecutter.project_slug }}.engine.hashseed import seed_from_command_line
+    from {{ cookiecutter.project_slug }}.engine.startup import seed_from_command_line
 
     assert seed_from_command_line(["--seed"], 5) == "5"  # no value: the default, and train reports it
     assert seed_from_command_line(["--out"], 5) == "5"

@@ -67,7 +67,7 @@ def test_every_micro_batch_and_step_draws_from_its_own_key(monkeypatch):
     config = Config(seed=3, batch_size=BATCH, accumulate=2, max_samples=4 * BATCH)
     train_set, val_set = task.make_datasets(config)
 
-    def draws_of_two_steps() -> list[float]:
+    def draws_of_two_steps(between: int) -> list[float]:
         torch.manual_seed(3)
         model = task.make_model(config, train_set)
         forward, drawn = model.forward, []
@@ -81,9 +81,54 @@ def test_every_micro_batch_and_step_draws_from_its_own_key(monkeypatch):
         optimizer, scheduler = make_optimizer(model, config, steps=1000)
         state = TrainingState(model, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False))
         for _ in zip(range(2), training_steps(model, loader, state, config, task, cpu), strict=False):
-            torch.rand(5)  # whatever runs between steps (the loader, an evaluation) draws too
+            torch.rand(between)  # whatever runs between steps (the loader, an evaluation) draws too
         return drawn
 
-    first_pass = draws_of_two_steps()
+    first_pass = draws_of_two_steps(between=5)
     assert len(first_pass) == 4 and len(set(first_pass)) == 4  # 2 steps x 2 micro-batches, all different
-    assert draws_of_two_steps() == first_pass
+    assert draws_of_two_steps(between=7) == first_pass  # other draws between the steps change nothing
+
+
+def test_a_step_of_accumulated_micro_batches_is_the_step_a_plain_loop_takes_on_the_whole_batch():
+    """Two micro-batches of 8, their losses halved, make the gradient of the batch of 16: the
+    weights after two steps match those of a loop written by hand (to rounding: other sums)."""
+    cpu, generator = torch.device("cpu"), torch.Generator().manual_seed(0)
+    inputs, targets = torch.randn(64, 5, generator=generator), torch.randn(64, generator=generator)
+    dataset = torch.utils.data.TensorDataset(inputs, targets)
+
+    class Regression:  # a task of plain sums, without the example's BatchNorm or dropout
+        @staticmethod
+        def batch_sums(outputs, targets):
+            return {"squared_error": ((outputs.squeeze(-1) - targets) ** 2).sum(), "samples": targets.numel()}
+
+        @staticmethod
+        def metrics_from_sums(sums):
+            return {"loss": sums["squared_error"] / sums["samples"]}
+
+    def weights_after_two_steps(accumulate: int) -> torch.Tensor:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(5, 1)
+        config = Config(seed=1, batch_size=16, accumulate=accumulate, schedule="constant", lr=0.1, momentum=0.0,
+                        weight_decay=0.0)
+        loader, _ = make_loaders(dataset, dataset, config)
+        optimizer, scheduler = make_optimizer(model, config, steps=100)
+        state = TrainingState(model, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False))
+        for _ in zip(range(2), training_steps(model, loader, state, config, Regression, cpu), strict=False):
+            pass
+        return torch.cat([p.detach().flatten() for p in model.parameters()]), list(loader.sampler)[:32]
+
+    accumulated, order = weights_after_two_steps(accumulate=2)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(2):  # the loop a user writes: one batch of 16 a step
+        indices = [index for _, index in order[step * 16:(step + 1) * 16]]
+        optimizer.zero_grad()
+        loss = ((model(inputs[indices]).squeeze(-1) - targets[indices]) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+    plain = torch.cat([p.detach().flatten() for p in model.parameters()])
+    torch.manual_seed(0)
+    initial = torch.cat([p.detach().flatten() for p in torch.nn.Linear(5, 1).parameters()])
+    assert not torch.allclose(plain, initial, rtol=1e-3)  # the steps moved the weights...
+    assert torch.allclose(accumulated, plain, rtol=1e-5, atol=1e-7)  # ...and both loops alike

@@ -84,6 +84,23 @@ def test_an_fp16_run_killed_mid_epoch_and_resumed_equals_the_run_never_stopped(p
 
 
 @pytest.mark.slow
+def test_fp16_is_not_bf16(precision):
+    """Each mixed precision is its own path: an fp16 run that silently ran as bf16 would pass
+    every test that compares fp16 with fp32 or with itself."""
+    assert precision["fp16"].weights != precision["bf16"].weights
+    assert precision["fp16"].train_losses != precision["bf16"].train_losses
+
+
+@pytest.mark.slow
+def test_a_compiled_runs_first_step_matches_eager_to_rounding_and_the_runs_then_part(precision):
+    """What the README says of --compile: not bitwise eager, but the same computation."""
+    compiled, eager = precision["compiled"], precision["fp32"]
+    first_compiled, first_eager = float(compiled.train_losses[0]), float(eager.train_losses[0])
+    assert first_compiled == pytest.approx(first_eager, rel=1e-5)
+    assert compiled.weights != eager.weights
+
+
+@pytest.mark.slow
 def test_two_compiled_runs_in_fresh_processes_are_bitwise_equal(precision):
     first, second = precision["compiled"], precision["compiled_again"]
     assert first.config["compile"] is True

@@ -55,6 +55,7 @@ def test_the_largest_seed_is_accepted():
 
 
 def test_strict_turns_on_every_deterministic_setting():
+    torch.utils.deterministic.fill_uninitialized_memory = False  # as a script before it may have left it
     configure_determinism("strict")
     flags = determinism_flags()
     assert flags["deterministic_algorithms"] and not flags["deterministic_warn_only"]
@@ -172,6 +173,7 @@ def test_weights_hash_sees_one_bit_a_name_and_a_dtype():
     assert state_dict_sha256({"w": one_ulp}) != reference
     assert state_dict_sha256({"v": torch.tensor([1.0, 2.0])}) != reference
     assert state_dict_sha256({"w": torch.tensor([1.0, 2.0], dtype=torch.float64)}) != reference
+    assert state_dict_sha256({"w": torch.tensor([1.0, 2.0]).view(torch.int32)}) != reference  # same bytes, other dtype
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: runs on GPU machines only")

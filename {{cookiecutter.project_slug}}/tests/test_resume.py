@@ -100,6 +100,19 @@ def test_sigterm_finishes_the_step_writes_a_checkpoint_and_says_how_to_resume(in
     assert "Traceback" not in stderr
 
 
+def test_ctrl_c_finishes_the_step_writes_its_checkpoint_and_says_how_to_resume(tmp_path):
+    """Ctrl-C in a terminal sends SIGINT to the whole process group, as the test does."""
+    run = tmp_path / "interrupted"
+    process, marker = start_held(run, 3, ())
+    wait_until(marker.exists, process, "reaching step 3")
+    process.kill_group(signal.SIGINT)
+    assert process.wait() == 128 + signal.SIGINT
+    lines = process.stderr.strip().splitlines()
+    assert len(lines) == 1 and "SIGINT: stopped after step 3, checkpoint " in lines[0] and "--resume" in lines[0]
+    assert (run / "checkpoints" / "step-00000003.pt").exists()  # the stop step's own, not the last periodic one
+    assert "Traceback" not in process.stderr
+
+
 def test_sigkill_is_a_real_kill(interrupted):
     stopped, _ = interrupted
     assert stopped["sigkill_workers2"][0] == -signal.SIGKILL
@@ -175,6 +188,26 @@ def test_resume_of_a_finished_run_with_other_settings_is_refused_too(runs, capsy
 def test_resume_of_a_finished_run_with_its_own_settings_has_nothing_to_do(runs, capsys):
     assert main(["--out", str(runs["seed7"].path), "--resume", "--num-workers", "2"]) == 0
     assert "nothing to resume" in capsys.readouterr().out
+
+
+def test_a_resume_cuts_metrics_csv_back_to_the_rows_its_checkpoint_counted(runs, tmp_path, capsys):
+    """Rows written after the checkpoint (one of them torn by the kill) are dropped and written
+    again, once: as if the run had been killed late in its second epoch."""
+    import torch
+
+    copy = shutil.copytree(runs["seed7"].path, tmp_path / "copy")
+    (copy / "summary.json").unlink()
+    (copy / "model.pt").unlink()
+    checkpoints = sorted((copy / "checkpoints").glob("step-*.pt"))
+    for newer in checkpoints[1:]:
+        newer.unlink()  # resume from the oldest one kept
+    counted = torch.load(checkpoints[0], weights_only=True)["metrics_rows"]
+    with open(copy / "metrics.csv", "a") as metrics:
+        metrics.write("1,99,train,0.5")  # a torn row, after all the rows the checkpoint did not count
+    assert len((copy / "metrics.csv").read_text().splitlines()) > 1 + counted + 1
+    assert main(["--out", str(copy), "--resume"]) == 0  # in this process
+    resumed = read_run(copy)
+    assert resumed.metrics == runs["seed7"].metrics and resumed.weights == runs["seed7"].weights
 
 
 def test_resume_where_there_is_no_run_is_refused(tmp_path, capsys):

@@ -38,7 +38,7 @@ UNCHANGED = {"val_batch_size": 7, "eval_every": 0, "log_every": 1, "checkpoint_e
 # Whether these change bits depends on the machine (GPU kernels, thread splits, a compiler): they
 # are recorded and kept on --resume; the GPU and slow tiers test them where they act.
 # --parallel acts under torchrun only; tests/test_fsdp.py shows where it changes no bit (2 gloo ranks).
-MACHINE = {"threads", "device", "deterministic", "compile", "parallel"}
+MACHINE = {"threads", "cpu_kernels", "device", "deterministic", "compile", "parallel"}
 
 RUNS_IN_ONE_PROCESS = """
 import json, sys
@@ -55,7 +55,8 @@ def flags_of(name: str, value) -> list[str]:
 def perturbation_runs(root: Path) -> dict:
     runs = {"base": [], **{name: flags_of(name, value) for name, value in {**PERTURBED, **UNCHANGED}.items()},
             "momentum_under_one_cycle": ["--schedule", "one-cycle", "--momentum", "0.5"],
-            "one_cycle": ["--schedule", "one-cycle"], "base_again": []}
+            "one_cycle": ["--schedule", "one-cycle"], "adamw": ["--optimizer", "adamw"],
+            "momentum_under_adamw": ["--optimizer", "adamw", "--momentum", "0.5"], "base_again": []}
     argvs = {name: [*BASE, *extra, "--out", str(root / name)] for name, extra in runs.items()}
     process = start([sys.executable, "-c", RUNS_IN_ONE_PROCESS.format(package=PACKAGE), json.dumps(argvs)],
                     root / "perturbed.log", env=python_env(PYTHONHASHSEED="7"))
@@ -97,9 +98,11 @@ def test_each_setting_that_cannot_change_the_weights_leaves_them(name, perturbed
     assert perturbed[name].weights == perturbed["base"].weights
 
 
-def test_momentum_acts_under_the_one_cycle_schedule_too(perturbed):
-    """OneCycleLR cycles momentum itself unless told not to, which would make --momentum inert."""
+def test_momentum_acts_under_the_one_cycle_schedule_and_as_adamws_beta1_too(perturbed):
+    """OneCycleLR cycles momentum itself unless told not to, which would make --momentum inert;
+    for AdamW the flag is beta1."""
     assert perturbed["momentum_under_one_cycle"].weights != perturbed["one_cycle"].weights
+    assert perturbed["momentum_under_adamw"].weights != perturbed["adamw"].weights
 
 
 def gradient_norms_at_each_step(precision: str, clip: float) -> list[float]:
@@ -213,3 +216,26 @@ def test_a_step_of_an_accumulating_run_sees_the_global_batch(accumulated):
     samples = min(96, len(task.make_datasets(Config())[0]))
     assert run.config["accumulate"] == 4 and run.config["batch_size"] == BATCH
     assert run.summary["steps"] == 2 * -(-samples // BATCH)  # steps per epoch: global batches, not micro-batches
+
+
+def learning_rates(schedule: str, warmup: int, steps: int = 20) -> list[float]:
+    from {{ cookiecutter.project_slug }}.engine.optim import make_optimizer
+
+    config = Config(lr=0.1, schedule=schedule, warmup_steps=warmup)
+    optimizer, scheduler = make_optimizer(torch.nn.Linear(2, 1), config, steps=steps)
+    rates = []
+    for _ in range(steps):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return rates
+
+
+def test_each_schedule_takes_the_learning_rates_it_promises():
+    warm = learning_rates("constant", warmup=4)
+    assert warm == pytest.approx([0.02, 0.04, 0.06, 0.08] + [0.1] * 16)
+    cosine = learning_rates("cosine", warmup=4)
+    assert cosine[:4] == warm[:4] and cosine[4] == pytest.approx(0.1)
+    assert all(a > b for a, b in zip(cosine[4:], cosine[5:], strict=False)) and cosine[-1] < 0.01  # down towards 0
+    cycle = learning_rates("one-cycle", warmup=0)
+    assert max(cycle) == pytest.approx(0.1, rel=1e-3) and cycle[0] < 0.01 and cycle[-1] < 0.001

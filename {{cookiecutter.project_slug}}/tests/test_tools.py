@@ -17,14 +17,15 @@ from {{ cookiecutter.project_slug }}.engine.runs import read_run
 from conftest import SetUpFailure, determinism_left_as_found, once, value_of
 
 
-def tampered_copy(run, folder, step: int):
-    """A copy of a run whose metrics.csv has one loss changed, at `step`."""
-    copy = shutil.copytree(run.path, folder / "tampered")
+def tampered_copy(run, folder, step: int, split: str = "train", column: int = 3):
+    """A copy of a run whose metrics.csv has one figure changed in its last bits: the row of
+    `step` and `split`, the column `column` (3: the loss; 4 and on: the task's metrics)."""
+    copy = shutil.copytree(run.path, folder / f"tampered-{split}-{step}-{column}")
     lines = (copy / "metrics.csv").read_text().splitlines(keepends=True)
-    fields = lines[step].split(",")  # line `step` holds step `step` (line 0 is the header)
-    assert fields[1] == str(step) and fields[2] == "train"
-    fields[3] = repr(float(fields[3]) * (1 + 1e-6))
-    lines[step] = ",".join(fields)
+    [number] = [i for i, line in enumerate(lines) if line.split(",")[1:3] == [str(step), split]]
+    fields = lines[number].rstrip("\n").split(",")
+    fields[column] = repr(float(fields[column]) * (1 + 1e-6) + 1e-12)
+    lines[number] = ",".join(fields) + "\n"
     (copy / "metrics.csv").write_text("".join(lines))
     return copy
 
@@ -74,6 +75,24 @@ def test_verify_names_the_step_where_a_tampered_run_diverges(tools_ran):
     assert "DIVERGED at step 3 (train), loss:" in out
 
 
+def test_verify_finds_a_changed_validation_row_even_when_the_weights_hash_is_the_same(runs, tmp_path):
+    """The negative control for the last rows: a run whose final evaluation was tampered with
+    keeps its weights hash; verify must still say DIVERGED (no need to re-run to know it)."""
+    run = runs["seed7"]
+    last_step = run.summary["steps"]
+    copy = tampered_copy(run, tmp_path, last_step, split="val", column=len(run.metric_names) + 2)
+    code, lines = verify.report(read_run(copy), run.config, run, None, [])
+    assert code == 1 and lines[-1].startswith(f"DIVERGED at step {last_step} (val), {run.metric_names[-1]}:")
+
+
+def test_compare_calls_a_copy_with_one_changed_validation_figure_different(runs, tmp_path, capsys):
+    run = runs["seed7"]
+    copy = tampered_copy(run, tmp_path, run.summary["steps"], split="val", column=len(run.metric_names) + 2)
+    assert compare.main([str(run.path), str(copy)]) == 1
+    out = capsys.readouterr().out
+    assert f"first divergence: step {run.summary['steps']} (val)" in out and out.strip().endswith("DIFFERENT")
+
+
 def test_verify_never_claims_steps_that_the_run_does_not_have(runs, capsys):
     run = runs["seed7_threads2"]  # one epoch
     with pytest.raises(SystemExit) as exit_info:
@@ -97,6 +116,31 @@ def test_compare_says_identical_only_when_nothing_that_matters_differs(runs, tmp
 def test_compare_finds_identical_runs_identical(runs, capsys):
     assert compare.main([str(runs["seed7"].path), str(runs["seed7_again"].path)]) == 0
     assert "IDENTICAL" in capsys.readouterr().out
+
+
+def test_compare_finds_runs_that_differ_only_in_how_they_executed_identical(runs, capsys):
+    """Workers and prefetching change no result: listed as config differences, still IDENTICAL."""
+    assert compare.main([str(runs["seed7"].path), str(runs["seed7_workers2_persistent"].path)]) == 0
+    out = capsys.readouterr().out
+    assert "num_workers: 0 -> 2" in out and out.strip().endswith("IDENTICAL")
+
+
+def test_compare_finds_a_log_cut_short_different(runs, tmp_path, capsys):
+    copy = shutil.copytree(runs["seed7"].path, tmp_path / "short")
+    lines = (copy / "metrics.csv").read_text().splitlines(keepends=True)
+    (copy / "metrics.csv").write_text("".join(lines[:-3]))  # as if the last rows were lost
+    assert compare.main([str(runs["seed7"].path), str(copy)]) == 1
+    assert f"one log has {len(lines) - 1} rows, the other {len(lines) - 4}" in capsys.readouterr().out
+
+
+def test_verify_finds_other_final_weights_even_when_every_row_is_equal(runs, tmp_path):
+    run = runs["seed7"]
+    copy = shutil.copytree(run.path, tmp_path / "other-weights")
+    summary = json.loads((copy / "summary.json").read_text())
+    summary["weights_sha256"] = "0" * 64
+    (copy / "summary.json").write_text(json.dumps(summary))
+    code, lines = verify.report(read_run(copy), run.config, run, None, [])
+    assert code == 1 and lines[-1] == f"DIVERGED at final weights: {'0' * 64} vs {run.weights} (recorded vs re-run)"
 
 
 def test_compare_lists_the_seed_and_the_first_divergence_of_different_runs(runs, capsys):
@@ -178,6 +222,18 @@ def test_doctor_warns_when_tf32_is_allowed_in_a_determinism_mode(monkeypatch, ca
     assert doctor.main(["--quick", "--deterministic", "strict"]) == 1
     out = capsys.readouterr().out
     assert "TF32 is allowed" in out and "depend on the GPU model" in out
+
+
+def test_doctor_says_so_when_its_two_trial_runs_differ(monkeypatch, capsys):
+    """The case doctor exists for: two runs with one seed that differ on this machine."""
+    fingerprints = iter(["metrics aaa weights bbb", "metrics aaa weights ccc"])
+    monkeypatch.setattr(doctor, "trial_run", lambda *args: doctor.subprocess.Popen(
+        [sys.executable, "-c", "pass"], stdout=doctor.subprocess.PIPE, stderr=doctor.subprocess.PIPE, text=True))
+    monkeypatch.setattr(doctor, "trial_fingerprint", lambda out: next(fingerprints))
+    with determinism_left_as_found():
+        assert doctor.main(["--steps", "2"]) == 1
+    out = capsys.readouterr().out
+    assert "two runs with one seed gave different results on this machine" in out and "VERDICT: 1 problem" in out
 
 
 def test_doctor_refuses_zero_steps_with_one_line(capsys):

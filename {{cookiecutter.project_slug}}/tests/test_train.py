@@ -125,14 +125,16 @@ def test_an_out_folder_that_holds_a_run_is_refused_and_left_intact(runs, capsys)
     assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
 
 
-def test_overwrite_replaces_the_run(tmp_path):
+def test_overwrite_replaces_the_run_and_only_the_run(tmp_path):
     out = tmp_path / "run"
     (out / "checkpoints").mkdir(parents=True)
     (out / "summary.json").write_text("{}")
     (out / "checkpoints" / "step-00000099.pt").write_text("old")
+    (out / "notes.txt").write_text("the user's own file")
     assert main(["--out", str(out), *FAST, "--epochs", "1", "--overwrite"]) == 0  # in this process
     assert "weights_sha256" in (out / "summary.json").read_text()
     assert not (out / "checkpoints" / "step-00000099.pt").exists()
+    assert (out / "notes.txt").read_text() == "the user's own file"
 
 
 BAD_FLAGS = {

@@ -12,7 +12,7 @@
 
 import sys
 
-from .engine.hashseed import relaunch_with_hash_seed, started_as_module
+from .engine.startup import relaunch_with_run_environment, started_as_module
 
 __version__ = "0.1.0"
 DEFAULT_SEED = {{ cookiecutter.seed }}  # the default --seed and --data-seed (config.py), chosen at bake time
@@ -20,7 +20,8 @@ DEFAULT_SEED = {{ cookiecutter.seed }}  # the default --seed and --data-seed (co
 # The one thing this file does besides naming things, and only when the interpreter was started as
 # the train command (`python -m {{ cookiecutter.project_slug }}.train`, torchrun too; never on a plain
 # `import`): Python imports this package before train.py, and so before torch, which makes this the
-# cheapest moment to restart the interpreter with PYTHONHASHSEED set from --seed. Python reads that
-# variable only at start-up (see engine/hashseed.py).
+# cheapest moment to restart the interpreter with PYTHONHASHSEED set from --seed, and the CPU kernel
+# pins of --cpu-kernels portable. Python and torch read these variables only at start-up (see
+# engine/startup.py).
 if started_as_module(f"{__name__}.train"):
-    relaunch_with_hash_seed(sys.argv[1:], DEFAULT_SEED)
+    relaunch_with_run_environment(sys.argv[1:], DEFAULT_SEED)

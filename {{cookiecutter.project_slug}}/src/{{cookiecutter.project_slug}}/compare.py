@@ -1,4 +1,5 @@
-"""Compares two run folders: settings, environments, the first step where they part, final results.
+"""Compares two run folders: settings, environments (each difference explained: whether it is known
+to change bits, and what to do), the first step where they part, final results.
 
     python -m {{ cookiecutter.project_slug }}.compare runs/a runs/b [--plot curves.png]
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from .config import EXECUTION_ONLY, Config
 from .engine.cli import make_parser
-from .engine.environment import differences, environment_differences
+from .engine.environment import differences, explained_differences
 from .engine.runs import Run, RunError, first_divergence, read_run
 from .engine.world_sizes import describe
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     config_a, config_b = settings(a), settings(b)
     print(f"A: {a.path}\nB: {b.path}")
     for title, lines in (("config differences", differences(config_a, config_b)),
-                         ("environment differences", environment_differences(a.environment, b.environment))):
+                         ("environment differences", explained_differences(a.environment, b.environment))):
         print(f"{title}:" + ("" if lines else " none"))
         for line in lines:
             print(f"  {line}")

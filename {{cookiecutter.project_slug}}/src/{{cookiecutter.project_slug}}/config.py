@@ -19,6 +19,7 @@ from .engine.cli import make_parser
 from .engine.device import device_name
 from .engine.precision import PRECISIONS
 from .engine.repro import DETERMINISM_MODES, MAX_SEED
+from .engine.startup import CPU_KERNEL_MODES
 
 OPTIMIZERS = ("sgd", "adamw")
 SCHEDULES = ("one-cycle", "cosine", "constant")
@@ -105,6 +106,10 @@ class Config:
     # The machine.
     threads: int = setting(1, "CPU threads for torch's intra-op parallelism; recorded because results can "
                            "depend on it (not the machine's core count)", integer(1), effect="machine")
+    cpu_kernels: str = setting("native", "native: each CPU library picks its fastest code path for this CPU "
+                               "(AVX-512 where there is one); portable: every one pinned to AVX2, so that x86-64 "
+                               "CPUs with AVX2 compute the same bits (slower where AVX-512 would help)",
+                               choices=CPU_KERNEL_MODES, effect="machine")
     device: str = setting("auto", "auto, cpu, cuda, cuda:N or mps", parse_device, effect="machine")
     deterministic: str = setting({{ cookiecutter.determinism|tojson }}, "strict: error on a non-deterministic op; "
                                  "warn: warn; off: PyTorch's fastest defaults", choices=DETERMINISM_MODES,

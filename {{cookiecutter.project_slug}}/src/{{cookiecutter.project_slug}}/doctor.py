@@ -1,11 +1,17 @@
 """Checks whether this machine and these settings can give bitwise repeatable runs.
 
     python -m {{ cookiecutter.project_slug }}.doctor [--deterministic strict] [--device auto] [--quick]
+    python -m {{ cookiecutter.project_slug }}.doctor runs/a [--requirements requirements-run.txt]
 
-Reports versions and devices; the determinism settings in effect; environment variables set too
+Reports versions and devices; what decides the CPU's bits (the instruction sets ATen, oneDNN and
+MKL use, and their versions); the determinism settings in effect; environment variables set too
 late to matter, and CUDA initialised too early; which ops would stop a strict run on this device,
 and what to do about them. Then (unless --quick) trains a few steps twice, in two fresh processes,
 and checks that both give the same losses and weights, bit for bit. Exit 0 when all is well.
+
+With a run folder it also says what differs between the machine that made the run and this one,
+and which installed packages differ from the run's; --requirements FILE writes a requirements file
+that reinstalls the run's whole software stack.
 
 `late_environment_problems()` can also be called from your own code, first thing in main().
 """
@@ -22,8 +28,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .engine.cli import make_parser
+from .engine.cli import make_parser, prog
 from .engine.device import available_devices, select_device
+from .engine.environment import (
+    NOTABLE_CPU_FLAGS,
+    cpu_libraries,
+    gpu_driver,
+    installed_packages,
+    package_differences,
+    requirements_text,
+)
+from .engine.files import atomic_write_text
 from .engine.launch import launch_training
 from .engine.repro import (
     DETERMINISM_MODES,
@@ -32,20 +47,13 @@ from .engine.repro import (
     explain_nondeterministic_error,
     state_dict_sha256,
 )
+from .engine.runs import Run, RunError, read_run
+from .engine.startup import CPU_KERNEL_VARIABLES, cpu_info, cpu_kernel_variables, initial_environment
 
-# Variables read once: PYTHONHASHSEED when Python starts, the CUDA ones when CUDA initialises.
-READ_AT_START = ("PYTHONHASHSEED",)
+# Variables read once: PYTHONHASHSEED when Python starts, the kernel pins when torch loads, the CUDA
+# ones when CUDA initialises.
+READ_AT_START = ("PYTHONHASHSEED", *CPU_KERNEL_VARIABLES)
 READ_AT_CUDA_INIT = ("CUBLAS_WORKSPACE_CONFIG", "CUDA_VISIBLE_DEVICES")
-
-
-def initial_environment() -> dict[str, str] | None:
-    """The environment this process started with (Linux keeps it in /proc); None where unknown."""
-    try:
-        raw = Path("/proc/self/environ").read_bytes()
-    except OSError:
-        return None
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
 
 
 def late_environment_problems() -> list[str]:
@@ -59,7 +67,7 @@ def late_environment_problems() -> list[str]:
                 continue
             if name in READ_AT_START:
                 problems.append(f"{name} was set to {os.environ.get(name)!r} after Python started: it has no "
-                                "effect on this process (set it in the shell; train.py relaunches itself instead)")
+                                "effect on this process (set it in the shell; train relaunches itself instead)")
             elif cuda_started:
                 problems.append(f"{name} was set to {os.environ.get(name)!r} after CUDA initialised: it has no "
                                 "effect (set it before any tensor goes to the GPU, or in the shell)")
@@ -121,7 +129,67 @@ def build_parser():
     parser.add_argument("--device", default="auto", help="the device to check (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=5, help="steps of each trial run (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="skip the two trial runs (default: off)")
+    parser.add_argument("run_dir", type=Path, nargs="?", metavar="RUN_DIR",
+                        help="a run folder: say what differs between its machine and software and this one's")
+    parser.add_argument("--requirements", type=Path, metavar="FILE",
+                        help="with RUN_DIR: write a requirements file that reinstalls the run's software stack")
     return parser
+
+
+def cpu_report(device: torch.device) -> None:
+    """What decides the CPU's bits here: the instruction sets the CPU has and the ones its libraries
+    use, their versions, the variables that pin them; and the GPU's model, generation and driver."""
+    cpu, capability = cpu_info(), torch.backends.cpu.get_cpu_capability()
+    libraries = cpu_libraries(torch.__config__.show())
+    pins = {name: value for name, value in cpu_kernel_variables().items() if value is not None}
+    flags = "unknown" if cpu["flags"] is None else ", ".join(sorted(cpu["flags"] & NOTABLE_CPU_FLAGS)) or "none"
+    print(f"CPU: {cpu['model']} ({cpu['machine']}); instruction sets the libraries look for: {flags}")
+    print(f"CPU kernels: ATen uses {capability}; BLAS {libraries['blas']}, MKL {libraries['mkl']}, oneDNN "
+          f"{libraries['onednn']}; pinned by " + (" ".join(f"{k}={v}" for k, v in pins.items()) or "nothing (native)"))
+    if capability.startswith("AVX512"):
+        print(f"note: runs here use {capability} kernels; a CPU without AVX-512 computes other bits, unless both "
+              "run with --cpu-kernels portable")
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        print(f"GPU: {torch.cuda.get_device_name(device)}, compute capability {major}.{minor}, driver {gpu_driver()}")
+    note = cuda_build_note()
+    if note:
+        print(note)
+
+
+def cuda_build_note() -> str | None:
+    """A CUDA build of torch on a machine without a usable GPU: what the CPU build would save."""
+    if torch.version.cuda is None or torch.cuda.is_available():
+        return None
+    return (f"note: torch {torch.__version__} is a CUDA {torch.version.cuda} build, and this machine has no usable "
+            "GPU. The CPU build trains the same here and is much smaller to download and install (it leaves out "
+            "the CUDA libraries, most of a CUDA build's size): python -m pip install torch --index-url "
+            "https://download.pytorch.org/whl/cpu")
+
+
+def run_report(run: Run, requirements: Path | None) -> list[str]:
+    """What differs between the machine and software that made `run` and this one's; writes the
+    requirements file if asked. Returns the problems (a run this machine cannot re-run at all)."""
+    from .verify import machine_check
+
+    refusal, differing = machine_check(run)
+    print(f"{run.path} vs this machine:" + ("" if differing or refusal else " the same machine entries"))
+    for line in differing:
+        print(f"  {line}")
+    recorded = run.environment.get("packages")
+    if recorded is None:
+        print(f"note: {run.path} did not record its packages (it is older than that record)")
+    else:
+        changed = package_differences(recorded, installed_packages()["packages"])
+        print(f"packages that differ from the run's ({len(changed)} of {len(recorded)} recorded; recorded -> here)"
+              + (":" if changed else ": none"))
+        for line in changed:
+            print(f"  {line}")
+    if requirements is not None:
+        command = f"{prog('doctor')} {run.path} --requirements {requirements}"
+        atomic_write_text(requirements, requirements_text(run.environment, str(run.path), command))
+        print(f"requirements written to {requirements}: python -m pip install -r {requirements}")
+    return [refusal] if refusal else []
 
 
 def trial_problems(mode: str, device: str, steps: int) -> list[str]:
@@ -160,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, not {args.steps}")
+    run = run_or_refuse(parser, args)
     problems = late_environment_problems()  # first, before this process changes anything
     try:
         device = select_device(args.device)
@@ -169,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"python {sys.version.split()[0]}  torch {torch.__version__}  numpy {np.__version__}  "
           f"CUDA {torch.version.cuda}  cuDNN {torch.backends.cudnn.version() if torch.cuda.is_available() else None}")
     print(f"devices: {', '.join(available_devices())}; checking {device}")
+    cpu_report(device)
+    if run is not None:
+        problems += run_report(run, args.requirements)
     problems += determinism_problems(args.deterministic)
 
     refused = probe_ops(device)
@@ -186,6 +258,26 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print("VERDICT: OK, runs repeat bit for bit here with these settings")
     return 0
+
+
+def run_or_refuse(parser, args) -> Run | None:
+    """The run folder named on the command line, read; one line and exit 2 for a bad one, or for a
+    --requirements file that cannot be written (checked now, not after the trial runs)."""
+    if args.run_dir is None:
+        if args.requirements is not None:
+            parser.error("--requirements needs a run folder: doctor RUN_DIR --requirements FILE")
+        return None
+    try:
+        run = read_run(args.run_dir)
+    except RunError as error:
+        parser.error(str(error))
+    if args.requirements is not None:
+        if "packages" not in run.environment:
+            parser.error(f"{args.run_dir} did not record its packages (it is older than that record)")
+        if args.requirements.is_dir() or not args.requirements.parent.is_dir() \
+                or not os.access(args.requirements.parent, os.W_OK):
+            parser.error(f"--requirements {args.requirements}: cannot write a file there")
+    return run
 
 
 if __name__ == "__main__":

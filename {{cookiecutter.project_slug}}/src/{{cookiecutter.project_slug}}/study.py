@@ -19,6 +19,7 @@ With --summarise nothing is trained: the seed folders (from a SLURM array, say) 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import re
 import signal
@@ -39,8 +40,7 @@ from .engine.statistics import statistics_of
 SET_BY_THE_STUDY = ("--seed", "--out", "--resume", "--overwrite", "--stop-after-steps")
 
 
-def refuse(message: str) -> None:
-    refuse_with("study", message)
+refuse = functools.partial(refuse_with, "study")  # one line on stderr, exit 2
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -66,7 +66,7 @@ def training_settings(flags: list[str]) -> dict:
         if flag.split("=")[0] in SET_BY_THE_STUDY:
             refuse(f"{flag.split('=')[0]} is set by the study for each run; leave it out")
     parser = build_parser()
-    parser.error = lambda message: refuse(message)
+    parser.error = refuse
     args = parser.parse_args(flags)
     return {name: value for name, value in vars(args).items() if name in Config.__dataclass_fields__}
 

@@ -116,8 +116,8 @@ def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's 1,797 handwritten 8x8 digits, shipped inside its package: no download.
 
     `sklearn.datasets.load_digits()` reads them from a CSV file in scikit-learn's package; we read
-    that same file directly when it is there, because importing scikit-learn costs about a second
-    in every process. The tests check that both give the same arrays.
+    that same file directly when it is there, because importing scikit-learn costs over a second
+    in every process (`time python -c "import sklearn"`). The tests check that both give the same arrays.
     """
     spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
     csv_file = Path(spec.submodule_search_locations[0], "datasets", "data", "digits.csv.gz") if spec else None

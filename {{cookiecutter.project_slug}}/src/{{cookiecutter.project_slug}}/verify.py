@@ -9,9 +9,11 @@ a run made by torchrun on one machine is re-run under torchrun, with its world s
 was resumed with another world size (world_sizes.json) is re-run the same way: stopped at each
 step where its world size changed, and resumed with the next one. Prints
 REPRODUCED and the weight hash, exit 0; or the first step where the two runs part (metric and
-both values), exit 1. The environments are compared first: bitwise equality is promised only on
-the same machine and software stack. A run that cannot be verified (a bad RUN_DIR, settings this
-code does not know, a re-run that fails): one line, exit 2.
+both values), exit 1. Before it re-runs, it lists what differs between the machine that made the
+run and this one (CPU instruction sets, library versions, GPU, threads), each with whether it is
+known to change bits and what to do: bitwise equality is promised only on the same machine and
+software stack. A run that cannot be verified (a bad RUN_DIR, settings this code does not know, a
+run from another architecture or device, a re-run that fails): one line, exit 2.
 """
 
 from __future__ import annotations
@@ -46,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps is not None and args.steps > recorded_steps:  # never claim steps that do not exist
         parser.error(f"--steps {args.steps}: the run in {args.run_dir} has only {recorded_steps} steps")
 
+    refusal, differing = machine_check(original)
+    if refusal is not None:
+        refuse("verify", refusal)
+    if differing:
+        print("this machine differs from the one that made the run:\n" + "\n".join(f"  {line}" for line in differing))
     what = (f"the first {args.steps} of its {recorded_steps} steps" if args.steps
             else f"all {recorded_steps} steps")
     print(f"re-running {what} of {args.run_dir} in a fresh process...", flush=True)
@@ -54,6 +61,27 @@ def main(argv: list[str] | None = None) -> int:
         refuse("verify", lines[-1])
     print("\n".join(lines))
     return code
+
+
+def machine_check(original: Run) -> tuple[str | None, list[str]]:
+    """(why this machine cannot re-run `original` at all, or None; the machine's entries that differ
+    from the recorded ones, each explained), known before any re-run."""
+    from .config import Config  # imported here: torch, which a bad RUN_DIR never needs
+    from .engine.device import select_device
+    from .engine.environment import MACHINE_KEYS, explained_differences, incompatibility, machine_environment
+
+    try:
+        config = Config.from_dict(original.config)[0]
+    except (TypeError, ValueError) as error:
+        return f"{original.path / 'config.json'}: {error}", []
+    refusal = incompatibility(original.environment, config.cpu_kernels == "portable")
+    if refusal is not None:
+        return f"cannot verify {original.path}: {refusal}", []
+    try:
+        device = select_device(config.device)  # as the re-run will choose it
+    except ValueError as error:
+        return f"cannot verify {original.path}: {error}", []
+    return None, explained_differences(original.environment, machine_environment(config, device), MACHINE_KEYS)
 
 
 def verify(original: Run, steps: int | None = None, keep: bool = False) -> tuple[int, list[str]]:
@@ -91,10 +119,10 @@ def verify(original: Run, steps: int | None = None, keep: bool = False) -> tuple
 
 def launches(history: list[dict], world_size: int, steps: int | None) -> list[tuple[int, list[str]]]:
     """The launches that re-run a run: (world size, flags added to the run's own flags for the
-    first launch, to --out --resume for the others) for each. One launch, unless the world size changed:
-    then the run is stopped at each change, after the epoch's evaluation if the original resumed
-    after it (a second launch at the same world size resumes before it and stops after it), and
-    resumed with the next world size."""
+    first launch, to --out --resume for the others) for each. One launch, unless the world size
+    changed: then the run is stopped at each change (after the epoch's evaluation if the original
+    resumed after it: a second launch at the same world size resumes before the evaluation and
+    stops after it), and resumed with the next world size."""
     result, size = [], world_size
     for change in history[1:]:
         if steps is not None and steps <= change["step"]:

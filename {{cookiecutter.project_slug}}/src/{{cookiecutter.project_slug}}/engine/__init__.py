@@ -12,5 +12,6 @@ need to edit it; task.py, config.py and train.py are where a project changes.
     environment.py  what a run records of the machine and software
     files.py        atomic writes;  cli.py: one-line errors of every command
     launch.py       starting the train command in a fresh process
-    device.py, distributed.py, precision.py, signals.py, hashseed.py, tracking.py
+    device.py, distributed.py, precision.py, signals.py, tracking.py
+    startup.py      what the train process needs set before torch loads (hash seed, CPU kernel pins)
 """

@@ -6,6 +6,7 @@ Every check of the input happens here: a mistake gets one line and exit 2, and a
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +17,13 @@ from .. import DEFAULT_SEED
 from ..config import Config, parse_command_line, resume_config
 from . import distributed
 from .checkpoint import load_latest_checkpoint
-from .cli import PACKAGE
+from .cli import PACKAGE, prog
 from .cli import refuse as refuse_with
 from .device import select_device
 from .precision import compile_problem, precision_problem
 from .run_folder import make_out_dir, out_dir_refusal
 from .runs import RunError, read_json
+from .startup import PORTABLE_CPU_KERNELS, missing_from_environment, portable_problem
 from .tracking import tracking_problem
 from .world_sizes import FILE as WORLD_SIZES
 from .world_sizes import history_on_resume
@@ -63,7 +65,8 @@ def plan_run(argv: list[str] | None) -> Plan | None:
     else:
         config = Config(**typed, world_size=world_size)
         refuse_if(out_dir_refusal(out, args.overwrite))
-    refuse_if(parallel_problem(config) or config.problem() or tracking_problem(config))
+    refuse_if(parallel_problem(config) or config.problem() or tracking_problem(config)
+              or cpu_kernels_problem(config.cpu_kernels))
     try:
         device = select_device(config.device)  # only asks what exists; CUDA stays uninitialised
         if world_size > 1 and device.type == "cuda":  # one GPU per process: the one torchrun assigned
@@ -107,6 +110,20 @@ def resumed_history(out: Path, started_with: int, checkpoint: dict, world_size: 
     return history_on_resume(recorded, started_with, checkpoint, world_size)
 
 
+def cpu_kernels_problem(mode: str) -> str | None:
+    """Why this process cannot train with `--cpu-kernels mode`, or None. The libraries read the pins
+    once, as torch loads: a process that did not start with them (train called from your own script,
+    say) would record "portable" and compute natively."""
+    if mode != "portable":
+        return None
+    problem, missing = portable_problem(), missing_from_environment(PORTABLE_CPU_KERNELS)
+    if problem is None and missing:
+        pins = " ".join(f"{name}={value}" for name, value in missing.items())
+        problem = (f"--cpu-kernels portable: this process did not start with {pins}; start training as "
+                   f"`{prog('train')}`, which sets them, or set them before Python starts")
+    return problem
+
+
 def device_and_folder_problem(plan: Plan) -> str | None:
     """The checks that need the device (run after configure_determinism: they may start CUDA),
     then that a new run's folder can be made and written."""
@@ -136,9 +153,7 @@ def resume_config_or_refuse(out: Path, typed: dict, world_size: int) -> tuple[Co
     return config, added, recorded.world_size
 
 
-def refuse(message: str) -> None:
-    """One line on stderr and exit 2, like argparse's own errors."""
-    refuse_with("train", message)
+refuse = functools.partial(refuse_with, "train")  # one line on stderr and exit 2, like argparse's own errors
 
 
 def refuse_if(message: str | None) -> None:

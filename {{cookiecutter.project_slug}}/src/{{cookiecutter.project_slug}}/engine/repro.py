@@ -51,7 +51,7 @@ def seed_everything(seed: int) -> None:
     """Seeds every global generator a training script draws from: Python, NumPy, torch (CPU, CUDA, MPS).
 
     Seeding makes the *first* draw repeat. It does not make kernels deterministic
-    (see configure_determinism). DataLoader workers are separate processes: utils/loader.py makes
+    (see configure_determinism). DataLoader workers are separate processes: engine/loader.py makes
     what a dataset draws there a function of (seed, epoch, index) instead.
     """
     seed = check_seed(seed)
@@ -110,9 +110,10 @@ def seed_global_generators(seed: int, device: torch.device | None = None) -> Non
     seed, and `device`'s generator if it is a GPU: what the loader does before each sample (on the
     CPU), and the loop before each micro-batch (on the training device).
 
-    Not torch.manual_seed, which also visits every GPU and other backend: about 140 µs a call on
-    this project's CI machine, against 1 µs for the CPU generator alone
-    (`python -m timeit -s "import torch" "torch.manual_seed(1)"`).
+    Not torch.manual_seed, which also visits every GPU and other backend: over a hundred times the
+    cost of seeding the CPU generator alone, on this project's CI machine
+    (`python -m timeit -s "import torch" "torch.manual_seed(1)"`, then the same with
+    `"torch.default_generator.manual_seed(1)"`).
     """
     random.seed(seed)
     np.random.seed(seed & 0xFFFFFFFF)  # NumPy's legacy generator takes 32 bits

@@ -1,0 +1,45 @@
+"""The mutation suite (breaks/mutations.toml): each break of the generated code, applied to a
+fresh bake, makes the test named for it fail; undone, the project is as it was baked.
+
+A record of what the generated suite is proven to catch, beyond the teaching exercises. The whole
+tiers' kill ratio is measured by `python scripts/breaks.py kill-ratio` (README: "The mutation suite").
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import ROOT, load
+from test_exercises import make_committed_repository, run_tests, unchanged
+
+breaks = load("breaks", ROOT / "scripts" / "breaks.py")
+MUTATIONS = breaks.load("mutations")
+pytestmark = pytest.mark.slow
+
+
+def test_the_mutation_suite_has_at_least_30_breaks_each_named_once_with_a_reason():
+    names = [brk.name for brk in MUTATIONS]
+    assert len(names) >= 30 and len(set(names)) == len(names)
+    assert all(brk.why and re.fullmatch(r"tests/test_\w+\.py::test_\w+", brk.caught_by) for brk in MUTATIONS)
+
+
+@pytest.fixture(scope="module")
+def project(cookies_session):
+    result = cookies_session.bake(extra_context={"init_git": False}, template=str(ROOT))
+    assert result.exit_code == 0, result.exception
+    make_committed_repository(result.project_path)
+    return result.project_path
+
+
+@pytest.mark.parametrize("brk", MUTATIONS, ids=[brk.name for brk in MUTATIONS])
+def test_each_break_of_the_mutation_suite_makes_its_test_fail(brk, project):
+    assert unchanged(project), "an earlier break left the project changed"
+    path, original = breaks.apply(project, brk)
+    try:
+        result = run_tests(project, brk.caught_by)
+    finally:
+        path.write_text(original, encoding="utf-8")
+    assert unchanged(project)
+    assert result.returncode == 1 and re.search(r"\d+ (failed|errors?)\b", result.stdout), (
+        f"{brk.caught_by} did not fail with the break {brk.name} ({brk.why}):\n{result.stdout[-3000:]}")

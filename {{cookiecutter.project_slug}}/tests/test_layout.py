@@ -1,0 +1,41 @@
+"""Specifications of the package's shape: importing any of its modules changes nothing global.
+
+Settings that live in the process (the umask, torch's determinism flags and thread count, the
+random generators, signal handlers, environment variables) change only where a command starts:
+in its main(). A module that changed them on import would change every program that imports it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import PACKAGE, SRC, python_env
+
+SNAPSHOT = """
+def snapshot():
+    import os, random, signal, sys
+    import numpy, torch
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return (dict(os.environ), umask, torch.are_deterministic_algorithms_enabled(), torch.get_num_threads(),
+            torch.backends.cudnn.benchmark, random.getstate(), str(numpy.random.get_state()),
+            torch.get_rng_state().tolist(), signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+"""
+
+
+def test_importing_every_module_of_the_package_changes_no_global_state():
+    modules = sorted(".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+                     for path in (SRC / PACKAGE).rglob("*.py"))
+    code = SNAPSHOT + f"""
+import importlib
+before = snapshot()
+for name in {modules!r}:
+    importlib.import_module(name)
+after = snapshot()
+print(len({modules!r}), [i for i, (a, b) in enumerate(zip(before, after)) if a != b])
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=python_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    count, changed = result.stdout.split(" ", 1)
+    assert int(count) > 20 and changed.strip() == "[]", result.stdout

@@ -1,0 +1,252 @@
+"""Specifications of a run on another machine: the CPU kernel paths pinned by --cpu-kernels
+portable, what environment.json records of the machine and its software, verify's and compare's
+explanation of what differs, doctor RUN and the requirements file it writes.
+
+The cross-capability runs (13 fresh training processes) are in the slow tier (`pytest -m slow`);
+the plain tier checks the mechanism itself: the relaunch pins the variables, a process that did
+not start pinned is refused, and each run records what decides its CPU bits.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from {{ cookiecutter.project_slug }} import compare, doctor, verify
+from {{ cookiecutter.project_slug }}.engine import environment
+from {{ cookiecutter.project_slug }}.engine.runs import read_run
+from {{ cookiecutter.project_slug }}.engine.startup import linux_cpu, portable_problem, run_environment
+from {{ cookiecutter.project_slug }}.train import main
+
+from conftest import FAST, PACKAGE, python_env, train_many
+
+# The pins the portable mode sets, written out here rather than read from the code's own table, so
+# that a wrong value in the code fails (each value found by experiment on an AVX-512 machine).
+PINS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "MKL_CBWR": "AVX2"}
+# A shell whose variables send every library down another path than the pins.
+OTHER_SHELL = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_CBWR": "COMPATIBLE",
+               "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
+NO_PORTABLE = portable_problem()
+needs_portable = pytest.mark.skipif(NO_PORTABLE is not None, reason=f"this CPU cannot run the pins: {NO_PORTABLE}")
+
+# No torch here, to keep it cheap: that torch obeys the variables is what the slow test shows.
+PRINT_KERNELS = f"""
+import json, sys
+from {PACKAGE}.engine.startup import relaunch_with_run_environment, cpu_kernel_variables
+relaunch_with_run_environment(sys.argv[1:], default_seed=0)
+print(json.dumps(cpu_kernel_variables()))
+"""
+
+
+def kernels_in_a_fresh_process(*argv: str) -> subprocess.Popen:
+    """A fresh interpreter from OTHER_SHELL that relaunches as train would for `argv`, then says
+    which kernel variables it started with (the ones torch would read)."""
+    return subprocess.Popen([sys.executable, "-c", PRINT_KERNELS, *argv], stdout=subprocess.PIPE, text=True,
+                            env=python_env(**OTHER_SHELL))
+
+
+@needs_portable
+def test_the_relaunch_pins_the_cpu_kernels_under_portable_and_leaves_the_shells_under_native():
+    portable, native = kernels_in_a_fresh_process("--cpu-kernels", "portable"), kernels_in_a_fresh_process()
+    (portable_out, _), (native_out, _) = portable.communicate(timeout=300), native.communicate(timeout=300)
+    assert json.loads(portable_out) == PINS
+    assert json.loads(native_out) == OTHER_SHELL  # the negative control: without the pin, the shell's
+
+
+def test_a_resumed_run_relaunches_with_its_recorded_cpu_kernels(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"seed": 7, "cpu_kernels": "portable"}))
+    wanted = run_environment(["--out", str(tmp_path), "--resume"], default_seed=42)
+    assert wanted["PYTHONHASHSEED"] == "7"
+    assert (wanted.items() >= PINS.items()) == (NO_PORTABLE is None)
+    assert not run_environment(["--cpu-kernels", "native"], 42).keys() & set(PINS)
+
+
+def test_portable_in_a_process_that_did_not_start_pinned_is_refused(tmp_path, capsys):
+    """train called from a script (not relaunched): the libraries have read their variables already,
+    so the run would record "portable" and compute natively. One line, exit 2, nothing written."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([*FAST, "--cpu-kernels", "portable", "--out", str(tmp_path / "run")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--cpu-kernels portable" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_portable_pins_refuse_a_cpu_they_do_not_fit():
+    arm = linux_cpu("processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes sve\nCPU part\t: 0xd40\n")
+    assert arm == (None, {"fp", "asimd", "evtstrm", "aes", "sve"})
+    assert "no such pin" in portable_problem({"machine": "aarch64", "model": None, "flags": arm[1]})
+    old_x86 = linux_cpu("processor\t: 0\nmodel name\t: Old CPU\nflags\t\t: fpu sse4_2 avx\n\nprocessor\t: 1\n")
+    assert old_x86 == ("Old CPU", {"fpu", "sse4_2", "avx"})
+    assert "lacks avx2, fma" in portable_problem({"machine": "x86_64", "model": "Old CPU", "flags": old_x86[1]})
+    assert portable_problem({"machine": "x86_64", "model": "New", "flags": {"avx2", "fma"}}) is None
+
+
+def test_environment_json_records_what_decides_the_cpus_bits_and_the_whole_stack(runs):
+    recorded = runs["seed7"].environment
+    assert recorded["cpu_capability"] == torch.backends.cpu.get_cpu_capability()  # this shell's, natively
+    assert set(recorded["cpu_kernel_variables"]) == set(PINS)
+    assert recorded["machine"]
+    assert {"cpu_model", "cpu_flags", "blas", "gpu_driver", "compute_capability"} <= recorded.keys()
+    if "mkl" in torch.__config__.show().lower():
+        assert recorded["mkl"] and recorded["onednn"]
+    assert recorded["packages"]["torch"] == torch.__version__
+    assert recorded["packages"]["numpy"] == recorded["numpy"]
+    assert set(environment.ENVIRONMENT_KEYS) <= recorded.keys()
+
+
+def edited_copy(run, folder, **entries):
+    """A copy of a run whose environment.json claims other values (as if made on another machine)."""
+    copy = shutil.copytree(run.path, folder / "edited")
+    recorded = json.loads((copy / "environment.json").read_text())
+    (copy / "environment.json").write_text(json.dumps({**recorded, **entries}))
+    return read_run(copy)
+
+
+def test_verify_explains_each_recorded_entry_that_differs_from_this_machine(runs, tmp_path):
+    run = runs["seed7_threads2"]
+    assert verify.machine_check(run) == (None, [])  # the same machine: nothing to explain
+    other = "AVX2" if run.environment["cpu_capability"] != "AVX2" else "AVX512"
+    edited = edited_copy(run, tmp_path, cpu_capability=other, onednn="0.1")
+    refusal, lines = verify.machine_check(edited)
+    assert refusal is None
+    here = run.environment["cpu_capability"]
+    assert lines == [f"cpu_capability: {other!r} -> {here!r}: changes bits; ATen's vectorised kernels differ by "
+                     "instruction set; rerun both with --cpu-kernels portable",
+                     f"onednn: '0.1' -> {run.environment['onednn']!r}: changes bits; install the recorded torch "
+                     "build (oneDNN comes with it)"]
+
+
+@pytest.mark.parametrize("entries, needs", [
+    (dict(machine="aarch64"), "verify it on aarch64"),
+    (dict(device="cuda:0", device_name="NVIDIA H100"), "needs that kind of device"),
+])
+def test_verify_refuses_a_run_from_an_incompatible_machine_with_one_line(runs, tmp_path, capsys, entries, needs):
+    if "device" in entries and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU: it can verify a CUDA run")
+    edited = edited_copy(runs["seed7_threads2"], tmp_path, **entries)
+    before = {path: path.read_bytes() for path in edited.path.rglob("*") if path.is_file()}
+    with pytest.raises(SystemExit) as exit_info:
+        verify.main([str(edited.path)])
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert len(captured.err.strip().splitlines()) == 1 and needs in captured.err and not captured.out
+    assert {path: path.read_bytes() for path in edited.path.rglob("*") if path.is_file()} == before
+
+
+def test_compare_explains_the_environment_differences(runs, tmp_path, capsys):
+    edited = edited_copy(runs["seed7"], tmp_path, intra_op_threads=4,
+                         cpu_kernel_variables={**runs["seed7"].environment["cpu_kernel_variables"], "MKL_CBWR": "AVX"})
+    assert compare.main([str(runs["seed7"].path), str(edited.path)]) == 0  # the records differ, the runs do not
+    out = capsys.readouterr().out
+    assert "intra_op_threads: 1 -> 4: changes bits; reductions are split by thread" in out
+    recorded = runs["seed7"].environment["cpu_kernel_variables"]["MKL_CBWR"]
+    assert f"cpu_kernel_variables: MKL_CBWR {recorded!r} -> 'AVX': changes bits;" in out
+
+
+def test_doctor_run_lists_the_packages_that_differ_and_writes_the_requirements(runs, tmp_path, capsys):
+    packages = {**runs["seed7"].environment["packages"], "numpy": "0.0.1", "gone-package": "1.0"}
+    edited = edited_copy(runs["seed7"], tmp_path, packages=packages)
+    requirements = tmp_path / "requirements-run.txt"
+    doctor.main([str(edited.path), "--quick", "--requirements", str(requirements)])
+    out = capsys.readouterr().out
+    assert f"numpy: 0.0.1 -> {runs['seed7'].environment['numpy']}" in out
+    assert "gone-package: 1.0 -> (not installed)" in out
+    lines = requirements.read_text().splitlines()
+    assert "numpy==0.0.1" in lines and "gone-package==1.0" in lines and f"torch=={torch.__version__}" in lines
+    if "+" in torch.__version__:  # a build from the PyTorch index: the file names it
+        assert f"--extra-index-url https://download.pytorch.org/whl/{torch.__version__.split('+')[1]}" in lines
+
+
+def test_the_requirements_name_the_torch_build_and_leave_what_came_from_no_index_as_notes():
+    recorded = {"python": "3.12.1", "platform": "Linux", "cuda": "12.4",
+                "packages": {"torch": "2.5.1", "pip": "24.0", "my-project": "0.1.0", "tqdm": "4.66.0"},
+                "package_sources": {"my-project": "file:///home/me/my-project"}}
+    lines = environment.requirements_text(recorded, "runs/a", "doctor").splitlines()
+    assert "# torch 2.5.1 is the CUDA 12.4 build, as the package index serves it for this platform" in lines
+    assert "torch==2.5.1" in lines and "tqdm==4.66.0" in lines and not any(line.startswith("pip==") for line in lines)
+    assert not any(line.startswith("my-project==") for line in lines)
+    assert any(line.startswith("# my-project==0.1.0 came from file:///home/me/my-project") for line in lines)
+    assert environment.torch_build("2.5.1+cu124", "12.4")[1] == "--extra-index-url https://download.pytorch.org/whl/cu124"
+
+
+def test_doctor_says_when_a_cuda_build_of_torch_has_no_gpu_to_use(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    note = doctor.cuda_build_note()
+    assert "CUDA 12.8 build" in note and "no usable GPU" in note and "whl/cpu" in note
+    monkeypatch.setattr(torch.version, "cuda", None)  # the CPU build: nothing to say
+    assert doctor.cuda_build_note() is None
+
+
+def test_the_gpu_driver_is_read_from_nvidia_smi_and_is_none_without_it(tmp_path, monkeypatch):
+    fake = tmp_path / "nvidia-smi"  # prints what the real one prints for --query-gpu=driver_version
+    fake.write_text("#!/bin/sh\necho 550.54.15\necho 550.54.15\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert environment.gpu_driver() == "550.54.15"
+    fake.unlink()
+    assert environment.gpu_driver() is None
+
+
+def test_doctor_refuses_requirements_without_a_run_folder(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        doctor.main(["--quick", "--requirements", "requirements-run.txt"])
+    assert exit_info.value.code == 2 and "needs a run folder" in capsys.readouterr().err
+
+
+# The shells of the cross-capability runs: each one variable that sends one library down another
+# path on this machine (the negative control), then all of them at once.
+SHELLS = {"none": {}, "aten_avx2": {"ATEN_CPU_CAPABILITY": "avx2"}, "aten_default": {"ATEN_CPU_CAPABILITY": "default"},
+          "onednn_avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "mkl_compatible": {"MKL_CBWR": "COMPATIBLE"},
+          "mkl_sse4_2": {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}, "all_other": OTHER_SHELL}
+# An AVX2-only Intel machine, as far as one machine can play it: each library's dispatch capped at AVX2.
+AVX2_MACHINE = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+@pytest.mark.slow
+@needs_portable
+def test_portable_runs_from_different_shells_give_one_hash_and_native_runs_do_not(tmp_path):
+    runs = {f"{mode}_{name}": (("--epochs", "1", "--cpu-kernels", mode), shell)
+            for mode in ("native", "portable") for name, shell in SHELLS.items()}
+    runs["native_on_an_avx2_machine"] = (("--epochs", "1"), AVX2_MACHINE)
+    done = train_many(tmp_path, runs)
+    portable = {name: run.weights for name, run in done.items() if name.startswith("portable")}
+    native = {name: run.weights for name, run in done.items() if name.startswith("native_") and name[7:] in SHELLS}
+    assert len(set(portable.values())) == 1, portable
+    assert all(run.environment["cpu_kernel_variables"] == PINS and run.environment["cpu_capability"] == "AVX2"
+               for name, run in done.items() if name in portable)
+    assert done["native_aten_default"].environment["cpu_capability"] == "DEFAULT"  # ATen obeys the shell natively
+    # The negative control: natively, the shell's variables change the bits.
+    assert len(set(native.values())) > 1, native
+    # What the pins promise: the run this machine makes under them is the one an AVX2 machine makes.
+    avx2_run = done["native_on_an_avx2_machine"]
+    assert avx2_run.weights == portable["portable_none"]
+    # verify, from this test's own shell: a portable run made in the hostile shell reproduces; the
+    # native run from the "AVX2 machine" is explained first, then diverges (where this CPU goes past AVX2).
+    assert verify.verify(done["portable_all_other"])[0] == 0
+    if torch.backends.cpu.get_cpu_capability() != "AVX2":
+        assert any(line.startswith("cpu_capability: 'AVX2' -> ") and "--cpu-kernels portable" in line
+                   for line in verify.machine_check(avx2_run)[1])
+        code, lines = verify.verify(avx2_run)
+        assert code == 1 and lines[-1].startswith("DIVERGED at step"), lines
+
+
+@pytest.mark.slow
+def test_the_requirements_file_reinstalls_exactly_this_stack(runs, tmp_path):
+    """pip, offline, against the packages installed here: every pin is satisfied and nothing would be
+    installed; the negative control, a pin that differs, cannot be satisfied offline."""
+    requirements = tmp_path / "requirements-run.txt"
+    requirements.write_text(environment.requirements_text(runs["seed7"].environment, "runs/a", "test"))
+    dry_run = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "-r", str(requirements)]
+    result = subprocess.run(dry_run, capture_output=True, text=True)
+    assert result.returncode == 0 and "Would install" not in result.stdout, result.stdout + result.stderr
+    requirements.write_text(requirements.read_text().replace(f"numpy=={runs['seed7'].environment['numpy']}",
+                                                             "numpy==0.0.1"))
+    assert subprocess.run(dry_run, capture_output=True, text=True).returncode != 0
