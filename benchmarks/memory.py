@@ -116,9 +116,13 @@ def measure(project: Path, parallel: str, world_size: int, width: int, steps: in
     script.write_text(MEASURE.format(package=PACKAGE, batch=BATCH))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}",
                str(script), parallel, str(width), str(steps)]
-    result = subprocess.run(command, cwd=project, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(project / "src")})
-    if result.returncode != 0:
+    for attempt in (1, 2):  # once, on this shared machine, a process aborted as it exited: one more try
+        result = subprocess.run(command, cwd=project, capture_output=True, text=True,
+                                env={**os.environ, "PYTHONPATH": str(project / "src")})
+        if result.returncode == 0:
+            break
+        print(f"{parallel} x{world_size} failed (attempt {attempt}): {result.stderr.strip().splitlines()[:1]}")
+    else:
         raise RuntimeError(f"{parallel} x{world_size} failed:\n{result.stderr[-3000:]}")
     ranks = json.loads(result.stdout.strip().splitlines()[-1])
     figures = {key: max(rank[key] for rank in ranks) for key in ranks[0]}
