@@ -7,6 +7,10 @@ since copier does not put the template's folder on the import path).
   Accents are stripped first (`Ünïcode` -> `unicode`). A name with no ASCII letter or digit left
   (`项目`) gives `project`, which the prompt offers to change.
   (cookiecutter's own `slugify` transliterates, turning 项目 into `xiang_mu`; we do not guess.)
+  The result is never a name the pre-generation hook refuses, so that the defaults always bake:
+  a name that is a keyword or would shadow a module gets `_project` added (`Random` ->
+  `random_project`, not `random`), one that starts with a digit gets `project_` in front
+  (`3D Model` -> `project_3d_model`). A package name typed as an answer is checked as typed.
 - `tojson`: replaces Jinja's `tojson`, which escapes every non-ASCII character (`\\u9879`) and
   HTML-escapes quotes. Ours keeps text readable and yields a double-quoted literal that is valid
   in Python, TOML and YAML alike: JSON escapes quotes, backslashes and control characters, and
@@ -40,10 +44,17 @@ def load_hook(name: str):
     return module
 
 
+PRE_GEN = load_hook("pre_gen_project")
+
+
 def identifier(name: str) -> str:
     # Accents come off first (Ünïcode -> Unicode), so that such letters are kept, not dropped.
     plain = "".join(c for c in unicodedata.normalize("NFKD", str(name)) if not unicodedata.combining(c))
-    return re.sub(r"[^a-z0-9]+", "_", plain.lower()).strip("_") or "project"
+    slug = re.sub(r"[^a-z0-9]+", "_", plain.lower()).strip("_") or "project"
+    if slug[0].isdigit():  # `3d_model` is no identifier
+        slug = f"project_{slug}"
+    # The hook's own check: a keyword, or a module the project or its users import (`random`).
+    return f"{slug}_project" if PRE_GEN.check_slug(slug) else slug
 
 
 def tojson(value: object) -> str:
@@ -59,7 +70,7 @@ class Filters(Extension):
 
     def __init__(self, environment):
         super().__init__(environment)
-        pre_gen, post_gen = load_hook("pre_gen_project"), load_hook("post_gen_project")
+        pre_gen, post_gen = PRE_GEN, load_hook("post_gen_project")
 
         @pass_context
         def refusal(context, question: str) -> str:

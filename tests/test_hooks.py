@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import keyword
 import subprocess
 import sys
 
@@ -31,7 +32,7 @@ def defaults(**overrides) -> dict:
 # Each refused input: the extra context, and a piece of the one line the user reads.
 REFUSALS = {
     "keyword": ({"project_slug": "class"}, "is a Python keyword"),
-    "standard-library module": ({"project_name": "Random"}, "would shadow the module 'random'"),
+    "standard-library module": ({"project_slug": "random"}, "would shadow the module 'random'"),
     "test module": ({"project_slug": "test"}, "would shadow the module 'test'"),
     "torch": ({"project_slug": "torch"}, "would shadow the module 'torch'"),
     "numpy": ({"project_slug": "numpy"}, "would shadow the module 'numpy'"),
@@ -240,6 +241,32 @@ def test_the_identifier_filter_lowercases_and_joins_other_characters_with_unders
     assert local_extensions.identifier("  My  ML--Project 2 ") == "my_ml_project_2"
     assert local_extensions.identifier("项目") == "project"  # nothing to keep: a neutral name to edit
     assert local_extensions.identifier('Ünïcode "Quoted" 名前') == "unicode_quoted"  # accents come off, not letters
+
+
+# Project names whose plain derivation (lower case, other characters made `_`) the hook would refuse.
+REFUSED_DERIVATIONS = {"Random": "random_project", "Class": "class_project", "Test": "test_project",
+                       "Torch": "torch_project", "3D Model": "project_3d_model", "复现 1": "project_1"}
+
+
+@pytest.mark.parametrize("name, slug", REFUSED_DERIVATIONS.items())
+def test_a_derived_package_name_that_the_hook_would_refuse_is_changed_into_one_it_takes(name, slug):
+    assert local_extensions.identifier(name) == slug
+    assert pre_gen.check_slug(slug) is None
+
+
+def test_no_module_name_or_keyword_derives_a_refused_package_name():
+    names = [*sys.stdlib_module_names, *pre_gen.SHADOWED, *keyword.kwlist]
+    refused = {name: local_extensions.identifier(name.title()) for name in names
+               if pre_gen.check_slug(local_extensions.identifier(name.title()))}
+    assert refused == {}
+
+
+def test_a_name_whose_plain_package_name_is_refused_bakes_with_every_default(tmp_path):
+    """`Random` would give `random`, which the hook refuses: the default must bake all the same."""
+    result = cookiecutter_cli(tmp_path / "out", "project_name=Random", "init_git=no")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "random_project" / "src" / "random_project" / "train.py").is_file()
+    assert result.stdout.startswith("Created random_project/.")
 
 
 def test_an_empty_package_name_is_refused():
