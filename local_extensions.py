@@ -15,6 +15,8 @@ since copier does not put the template's folder on the import path).
   HTML-escapes quotes. Ours keeps text readable and yields a double-quoted literal that is valid
   in Python, TOML and YAML alike: JSON escapes quotes, backslashes and control characters, and
   DEL, which TOML forbids raw, is escaped too.
+- `template_page`: the web page of the template a project was made from, for the generated README's
+  first line (see the function).
 - `utc_year()`: the year for LICENSE; a function of ours rather than cookiecutter's `{% now %}`
   tag, so that copier, which lacks that tag, derives `__year` from the same cookiecutter.json line.
 - `refusal(question)`: for copier's validators: the pre-generation hook's sentence for the answer
@@ -57,6 +59,30 @@ def identifier(name: str) -> str:
     return f"{slug}_project" if PRE_GEN.check_slug(slug) else slug
 
 
+# The abbreviations cookiecutter, cruft and copier expand to a repository's address.
+SHORTCUTS = {"gh": "https://github.com/", "gl": "https://gitlab.com/", "bb": "https://bitbucket.org/"}
+
+
+def template_page(source: object, published: object = "") -> str:
+    """The web page of the template a project was made from: `source` as the user gave it to
+    cookiecutter or cruft (`_template`) or copier (`_src_path`), when it is a web address
+    (`gh:owner/name`, an https URL, `git@host:owner/name.git`); else `published` (cookiecutter.json's
+    `__template_url`, the template's own address once it is published); else "". A local path is
+    not a link anyone else can follow, and a user name or token in a URL is not written down."""
+    text = str(source).strip()
+    shortcut, _, rest = text.partition(":")
+    ssh = re.fullmatch(r"(?:ssh://)?git@([^:/]+)[:/](.+)", text)
+    if shortcut in SHORTCUTS and rest and not rest.startswith("/"):
+        page = SHORTCUTS[shortcut] + rest
+    elif re.match(r"(git\+)?https?://", text):
+        page = re.sub(r"^git\+|(?<=//)[^/@]*@", "", text)
+    elif ssh:
+        page = f"https://{ssh.group(1)}/{ssh.group(2)}"
+    else:
+        return str(published).strip()
+    return page.rstrip("/").removesuffix(".git")
+
+
 def tojson(value: object) -> str:
     return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
@@ -85,6 +111,7 @@ class Filters(Extension):
 
         environment.filters["identifier"] = identifier
         environment.filters["tojson"] = tojson
+        environment.filters["template_page"] = template_page
         environment.globals["utc_year"] = utc_year
         environment.globals["refusal"] = refusal
         environment.globals["paths_to_remove"] = post_gen.paths_to_remove
