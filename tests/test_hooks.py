@@ -14,7 +14,7 @@ try:  # Python 3.11+
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from conftest import AWKWARD_NAME, COOKIECUTTER_JSON, ROOT, cookiecutter_cli, post_gen, pre_gen
+from conftest import AWKWARD_NAME, COOKIECUTTER_JSON, GENERATED_README, ROOT, cookiecutter_cli, post_gen, pre_gen
 
 sys.path.insert(0, str(ROOT))
 import local_extensions  # noqa: E402
@@ -283,3 +283,51 @@ def test_the_tojson_filter_gives_one_literal_valid_in_python_toml_and_yaml_and_k
     assert tomllib.loads(f"x = {literal}")["x"] == tricky
     assert yaml.safe_load(f"x: {literal}")["x"] == tricky
     assert json.loads(literal) == tricky
+
+
+# Where a project came from, as cookiecutter and cruft (`_template`) or copier (`_src_path`) have it,
+# and the page its README links to: a web address's page; for a local path, the template's published
+# address (cookiecutter.json's __template_url), or no link while that is empty.
+TEMPLATE_SOURCES = {
+    "gh:alice/repro-template": "https://github.com/alice/repro-template",
+    "gl:alice/repro-template": "https://gitlab.com/alice/repro-template",
+    "https://github.com/alice/repro-template.git": "https://github.com/alice/repro-template",
+    "https://alice:secret-token@github.com/alice/repro-template/": "https://github.com/alice/repro-template",
+    "git+https://example.org/alice/repro-template": "https://example.org/alice/repro-template",
+    "git@github.com:alice/repro-template.git": "https://github.com/alice/repro-template",
+    "ssh://git@gitlab.com/alice/repro-template.git": "https://gitlab.com/alice/repro-template",
+    ".": "", "repro-template": "", "/home/alice/repro-template": "", "file:///home/alice/repro-template": "",
+}
+
+
+@pytest.mark.parametrize("source, page", TEMPLATE_SOURCES.items())
+def test_the_template_page_is_the_web_address_a_project_came_from_and_never_a_local_path(source, page):
+    assert local_extensions.template_page(source, "") == page
+    published = "https://example.org/published/repro-template"
+    assert local_extensions.template_page(source, published) == (page or published)
+
+
+def render_readme_head(language: str, source: str, published: str = "") -> str:
+    """The generated README's first paragraphs, rendered as the tools render them."""
+    import jinja2
+
+    environment = jinja2.Environment(extensions=[local_extensions.Filters], undefined=jinja2.StrictUndefined)
+    head = GENERATED_README[language].read_text(encoding="utf-8").split("\n## ", 1)[0]
+    context = {"project_name": "P", "description": "D", "_template": source, "__template_url": published}
+    return environment.from_string(head).render(cookiecutter=context)
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_the_generated_readme_links_to_where_the_project_came_from(language):
+    assert "[repro-template](https://github.com/alice/repro-template)" in render_readme_head(
+        language, "gh:alice/repro-template")
+    local = render_readme_head(language, "/home/alice/repro-template")
+    assert "repro-template" in local and "](" not in local and "/home/alice" not in local
+    assert "[repro-template](https://example.org/t)" in render_readme_head(language, ".", "https://example.org/t")
+
+
+def test_the_template_address_is_one_setting_that_the_template_readme_names():
+    assert COOKIECUTTER_JSON["__template_url"] == ""  # no page that does not exist: empty until published
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "`__template_url` in\n`cookiecutter.json`" in readme or "`__template_url` in `cookiecutter.json`" in readme
+    assert "org/repro-template" not in readme
