@@ -12,7 +12,7 @@ try:  # Python 3.11+
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from conftest import GENERATED_README, ROOT
+from conftest import GENERATED_README, ROOT, TEMPLATE_DIR
 
 CPU_WHEEL = "python -m pip install torch --index-url https://download.pytorch.org/whl/cpu"
 INSTALL_PROJECT = 'python -m pip install -e ".[dev]"'
@@ -143,3 +143,17 @@ def test_each_language_bakes_one_readme_in_that_language(cookies):
     zh = (chinese / "README.md").read_text(encoding="utf-8")
     assert "## Quick start" not in zh and sum("\u4e00" <= c <= "\u9fff" for c in zh) > 5000
     assert (chinese / "exercises").is_dir() and (english / "exercises").is_dir()
+
+
+def test_cookiecutter_reads_every_template_file_that_holds_jinja_as_text():
+    """cookiecutter copies a file it guesses to be binary without rendering it (binaryornot's guess
+    from the first 1024 bytes): a README whose start is mostly Chinese can be guessed so, and its
+    `{{ cookiecutter.project_name }}` would reach the project as written."""
+    from binaryornot.check import is_binary
+
+
+
+    templated = [path for path in TEMPLATE_DIR.rglob("*") if path.is_file() and path.suffix != ".patch"
+                 and any(mark in path.read_text(encoding="utf-8", errors="replace") for mark in ("{{", "{%"))]
+    assert len(templated) > 10
+    assert [path.relative_to(TEMPLATE_DIR).as_posix() for path in templated if is_binary(str(path))] == []
