@@ -7,7 +7,7 @@ import pytest
 from conftest import TENSORBOARD
 
 needs_tensorboard = pytest.mark.skipif(not TENSORBOARD, reason="tensorboard is not installed: it is an optional "
-                                       "extra (python -m pip install -e '.[tensorboard]'), which the CI workflow installs")
+                                       "extra (pip install -e '.[tensorboard]'), which the CI workflow installs")
 
 
 @needs_tensorboard

@@ -24,6 +24,7 @@ import torch
 
 from .engine.cli import make_parser
 from .engine.device import available_devices, select_device
+from .engine.files import scratch_problem
 from .engine.launch import launch_training
 from .engine.repro import (
     DETERMINISM_MODES,
@@ -160,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, not {args.steps}")
+    if not args.quick and scratch_problem():  # the trial runs go into scratch folders
+        parser.error(scratch_problem())
     problems = late_environment_problems()  # first, before this process changes anything
     try:
         device = select_device(args.device)

@@ -87,7 +87,9 @@ def device_and_folder_problem(plan: Plan) -> str | None:
 def resume_config_or_refuse(out: Path, typed: dict, world_size: int) -> tuple[Config, list[str]]:
     """The recorded config with the typed execution-only changes, and the settings it lacked;
     refuses contradicting settings, on a finished run too."""
-    if out.exists() and not out.is_dir():
+    if not out.exists():
+        refuse(f"--resume: --out {out} does not exist, so there is no run to resume")
+    if not out.is_dir():
         refuse(f"--resume: --out {out} is a file, not a run folder")
     try:
         recorded, added = Config.from_dict(read_json(out / "config.json", required=True))
