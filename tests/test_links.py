@@ -19,7 +19,7 @@ from conftest import ROOT, cookiecutter_cli, post_gen
 
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 INLINE_CODE = re.compile(r"(`+).+?\1", re.S)
-LINK = re.compile(r"(?<!!)\[(?:[^\]]|\][^(])*?\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+LINK = re.compile(r"\[(?:[^\]]|\][^(])*?\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")  # pictures too: ![...](...)
 HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.M)
 # A section named in prose: English 'see "X"', '"X" below/above' or '(see X)'; Chinese 见“X” or “X”一节.
 SECTION_REFERENCES = (

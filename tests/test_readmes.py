@@ -145,6 +145,14 @@ def test_each_language_bakes_one_readme_in_that_language(cookies):
     assert (chinese / "exercises").is_dir() and (english / "exercises").is_dir()
 
 
+def text_of(path) -> str:
+    """A file's text; "" for a file that is not UTF-8 text (the pictures), which is copied as it is."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return ""
+
+
 def test_cookiecutter_reads_every_template_file_that_holds_jinja_as_text():
     """cookiecutter copies a file it guesses to be binary without rendering it (binaryornot's guess
     from the first 1024 bytes): a README whose start is mostly Chinese can be guessed so, and its
@@ -154,6 +162,28 @@ def test_cookiecutter_reads_every_template_file_that_holds_jinja_as_text():
 
 
     templated = [path for path in TEMPLATE_DIR.rglob("*") if path.is_file() and path.suffix != ".patch"
-                 and any(mark in path.read_text(encoding="utf-8", errors="replace") for mark in ("{{", "{%"))]
+                 and any(mark in text_of(path) for mark in ("{{", "{%"))]
     assert len(templated) > 10
     assert [path.relative_to(TEMPLATE_DIR).as_posix() for path in templated if is_binary(str(path))] == []
+
+
+def joined_lines(text: str) -> list[str]:
+    """Lines with shell continuations (a trailing backslash) joined, spaces collapsed."""
+    return [" ".join(line.split()) for line in re.sub(r"\\\n\s*", " ", text).splitlines()]
+
+
+def test_the_picture_in_the_readmes_is_drawn_by_the_generated_readmes_own_commands():
+    """scripts/picture.sh runs the README's studies and plot command (its --out aside), and every
+    README shows the picture it writes."""
+    script = (ROOT / "scripts" / "picture.sh").read_text(encoding="utf-8")
+    commands = [line.replace('"$PY" -m my_project.', "python -m {{ cookiecutter.project_slug }}.").split(" >&2")[0]
+                for line in joined_lines(script) if line.startswith('"$PY" -m my_project.')]
+    assert [re.search(r"\}\}\.(\w+)", command).group(1) for command in commands] == ["study", "study", "plot"]
+    for language, path in GENERATED_README.items():
+        readme = joined_lines(path.read_text(encoding="utf-8"))
+        for command in commands:
+            expected = command.replace("--out study.png", "--out lr.pdf")
+            assert any(line.split("  #")[0].strip() == expected for line in readme), (language, expected)
+        assert "](docs/study.png)" in path.read_text(encoding="utf-8"), language
+    assert "](docs/study.png)" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert (ROOT / "docs" / "study.png").read_bytes().startswith(b"\x89PNG")
