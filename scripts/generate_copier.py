@@ -32,11 +32,14 @@ COPIER_YML = ROOT / "copier.yml"
 MIN_COPIER = "9.19.0"  # tests/test_copier.py runs requirements-dev.txt's copier, 9.19.1
 
 # Derived values that copier gets elsewhere than cookiecutter.json: the answers file's name (empty
-# under cookiecutter, so that the template's answers file is not written there) and the folder's
-# name (under copier the destination the user gave, which the closing message names).
+# under cookiecutter, so that the template's answers file is not written there), the folder's
+# name (under copier the destination the user gave, which the closing message names), and the
+# template as the user gave it (cookiecutter and cruft call it `_template`, copier `_src_path`),
+# which the generated README links to when it is a web address.
 COPIER_ONLY_VALUES = {
     "__answers": "{{ _copier_conf.answers_file }}",
     "_folder_name": "{{ _folder_name }}",
+    "_template": "{{ _copier_answers._src_path }}",
 }
 
 HEADER = """\
