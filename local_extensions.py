@@ -29,6 +29,7 @@ import datetime
 import importlib.util
 import json
 import re
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -38,12 +39,19 @@ from jinja2.ext import Extension
 HOOKS = Path(__file__).resolve().parent / "hooks"
 
 
-def load_hook(name: str):
-    """Imports a hook by path: the checks are plain functions, the template line sits under __main__."""
-    spec = importlib.util.spec_from_file_location(f"repro_template_{name}", HOOKS / f"{name}.py")
+def load_module(name: str, path: Path):
+    """Imports a file by its path, as module `name`: the one way the template's tools do it (the
+    hooks, scripts/breaks.py), since neither folder is a package on the import path."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as an import would: dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def load_hook(name: str):
+    """A hook as a module: its checks are plain functions, its template line sits under __main__."""
+    return load_module(f"repro_template_{name}", HOOKS / f"{name}.py")
 
 
 PRE_GEN = load_hook("pre_gen_project")
