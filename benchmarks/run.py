@@ -26,9 +26,10 @@ The targets (issue 22), all on the example task:
                      the same over the example made 200 µs slower a sample (an image decode,
                      simulated by a busy wait)
 Also measured:
-  torch_only_loader_vs_plain_0_workers, ..._2_workers
-                     the same over a dataset whose augmentation draws from torch alone (as
-                     torchvision's transforms do) and says so: draws_from = ("torch",)
+  torch_only_loop_vs_plain, torch_only_loader_vs_plain_0_workers, ..._2_workers
+                     loop_vs_plain and the loaders' ratios over a dataset whose augmentation draws
+                     from torch alone (as torchvision's transforms do) and says so:
+                     draws_from = ("torch",), so that only torch's generator is seeded
   keyed_randomness_us_per_sample
                      where the keyed loader's time per sample goes, in µs of this thread's CPU time
                      (time.thread_time: what other processes on a shared machine take is not
@@ -175,16 +176,18 @@ class Bench:
         return self.pkg.task.make_model(self.config, self.example).to(self.device)
 
     def ours(self, steps: int, read_back_timer: list[float] | None = None, compiled: bool = False,
-             **changes) -> tuple[float, float]:
+             dataset: Dataset | None = None, **changes) -> tuple[float, float]:
         """(seconds of the first step; steps/s of the `steps` after it) of the project's loop with
-        the config's `changes`. `read_back_timer` collects the seconds spent reading metrics back."""
+        the config's `changes`, over `dataset` (the example's training set by default).
+        `read_back_timer` collects the seconds spent reading metrics back."""
         pkg, config, device = self.pkg, dataclasses.replace(self.config, **changes), self.device
         model = self.new_model()
         optimizer, scheduler = pkg.optim.make_optimizer(model, config, steps=steps + 1)
         state = pkg.checkpoint.TrainingState(model, optimizer, scheduler,
                                              pkg.precision.make_scaler(config.precision, device))
         trained = pkg.precision.compile_model(model) if compiled else model
-        loader = pkg.loader.make_loader(self.train_set, config.micro_batch_size, config.seed, train=True)
+        dataset = self.train_set if dataset is None else dataset
+        loader = pkg.loader.make_loader(dataset, config.micro_batch_size, config.seed, train=True)
         log = pkg.run_folder.MetricsLog(self.scratch / "metrics.csv", self.metric_names(), rows=0, writes=True)
         log.create()
         rows = pkg.loop.StepRows(log, pkg.task, device, config.log_every)
@@ -211,11 +214,12 @@ class Bench:
         finally:
             pkg.loop.read_back = read_back
 
-    def plain(self, steps: int) -> tuple[float, float]:
+    def plain(self, steps: int, dataset: Dataset | None = None) -> tuple[float, float]:
         """The same for the loop a user writes: a shuffling DataLoader, the loss, nothing else."""
         model = self.new_model()
         optimizer, scheduler = self.pkg.optim.make_optimizer(model, self.config, steps=steps + 1)
-        loader = DataLoader(self.train_set, batch_size=self.config.batch_size, shuffle=True)
+        dataset = self.train_set if dataset is None else dataset
+        loader = DataLoader(dataset, batch_size=self.config.batch_size, shuffle=True)
         model.train()
         done, start = 0, time.perf_counter()
         while done <= steps:
@@ -255,10 +259,18 @@ class Bench:
                     repro.configure_determinism("off")
             return measure
 
+        torch_only = self.torch_only()
         rates = alternate({"ours_off": ours_in("off"), "plain": lambda: self.plain(steps)[1],
-                           "ours_strict": ours_in("strict")}, repeats)
+                           "ours_strict": ours_in("strict"),
+                           "ours_torch_only": lambda: self.ours(steps, dataset=torch_only)[1],
+                           "plain_torch_only": lambda: self.plain(steps, dataset=torch_only)[1]}, repeats)
         return {"loop_vs_plain": ratio(rates, "ours_off", "plain"),
-                "strict_vs_off": ratio(rates, "ours_strict", "ours_off"), "steps_per_second": medians(rates)}
+                "strict_vs_off": ratio(rates, "ours_strict", "ours_off"),
+                "torch_only_loop_vs_plain": ratio(rates, "ours_torch_only", "plain_torch_only"),
+                "steps_per_second": medians(rates)}
+
+    def torch_only(self) -> Dataset:
+        return restrict(TorchOnly(self.example), len(self.train_set))
 
     def read_back_share(self, steps: int, repeats: int) -> dict[str, object]:
         """Steps/s of our loop reading the metrics back every step against every 50 (the default),
@@ -284,7 +296,7 @@ class Bench:
         """Keyed loader against plain DataLoader, samples/s, at 0 and 2 workers, on three datasets."""
         results: dict[str, object] = {}
         datasets = {"": self.train_set, "slow_": Slow(self.train_set),
-                    "torch_only_": restrict(TorchOnly(self.example), len(self.train_set))}
+                    "torch_only_": self.torch_only()}
         for prefix, dataset in datasets.items():
             for workers in (0, 2):
                 rates = alternate({

@@ -17,7 +17,7 @@ from conftest import ROOT
 
 # The issue-22 targets, and what the READMEs quote besides.
 RUN_RATIOS = ("loop_vs_plain", "strict_vs_off", "loader_vs_plain_0_workers", "loader_vs_plain_2_workers",
-              "slow_loader_vs_plain_0_workers", "slow_loader_vs_plain_2_workers",
+              "slow_loader_vs_plain_0_workers", "slow_loader_vs_plain_2_workers", "torch_only_loop_vs_plain",
               "torch_only_loader_vs_plain_0_workers", "torch_only_loader_vs_plain_2_workers", "bf16_vs_fp32")
 PROFILE_PARTS = ("getitem", "plus_key", "plus_random", "plus_numpy", "plus_torch", "plus_all_three")
 MACHINE = ("date", "platform", "cpus", "python", "torch", "mode", "command", "load_average_before",
