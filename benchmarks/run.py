@@ -247,7 +247,7 @@ class Bench:
         return self.names
 
     def loops(self, steps: int, repeats: int) -> dict[str, object]:
-        """loop_vs_plain and strict_vs_off: the three loops taking turns."""
+        """loop_vs_plain, strict_vs_off and torch_only_loop_vs_plain: the five loops taking turns."""
         repro = self.pkg.repro
 
         def ours_in(mode: str) -> Callable[[], float]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -67,3 +68,21 @@ def test_gpu_py_without_a_gpu_says_so_in_one_line_and_exits_2():
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "needs a CUDA GPU" in lines[0] and "--device cpu --smoke" in lines[0], lines
+
+
+def test_the_readme_quotes_the_committed_results():
+    """Every ratio in the README's benchmark table, the per-sample profile and the run's date are
+    those of benchmarks/results.json: a new run cannot be committed with the old figures left in
+    the README, nor a figure be written there that no run measured."""
+    results = json.loads((ROOT / "benchmarks" / "results.json").read_text(encoding="utf-8"))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## What reproducibility costs (benchmarks)")[1].split("\n## ")[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", section, flags=re.MULTILINE))
+    ratios = {name: value.strip() for name, value in rows.items() if re.fullmatch(r"\d+\.\d\d", value.strip())}
+    assert "loop_vs_plain" in ratios and "loader_vs_plain_0_workers" in ratios
+    assert ratios == {name: f"{results[name]:.2f}" for name in ratios}
+    profile = results["keyed_randomness_us_per_sample"]
+    parts = " + ".join(f"{profile[name]:.1f}" for name in ("plus_key", "plus_random", "plus_numpy", "plus_torch"))
+    assert rows["keyed_randomness_us_per_sample"].startswith(f"{profile['getitem']:.1f} µs + {parts}; "
+                                                             f"all three {profile['plus_all_three']:.1f}")
+    assert f"run on {results['machine']['date'][:10]}" in " ".join(section.split())
