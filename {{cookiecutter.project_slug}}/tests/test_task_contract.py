@@ -68,6 +68,8 @@ BROKEN = {  # what is broken: (task attribute, replacement, words the one line m
         "make_datasets", declaring("torch", ()), "samples change with the 'torch' generator"),
     "a draws_from that names no generator": (
         "make_datasets", declaring("torch", ("Torch",)), "draws_from names 'Torch'; it may name only"),
+    "a draws_from that is a string, not a tuple": (
+        "make_datasets", declaring("torch", "torch"), "draws_from is the string 'torch'; write a tuple"),
 }
 
 

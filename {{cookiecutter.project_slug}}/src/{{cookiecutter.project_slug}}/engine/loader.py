@@ -90,7 +90,10 @@ def declared_draws(dataset: Dataset) -> tuple[str, ...]:
     says nothing. Raises ValueError for a name that is not one of them."""
     while not hasattr(dataset, "draws_from") and hasattr(dataset, "dataset"):
         dataset = dataset.dataset
-    draws = tuple(getattr(dataset, "draws_from", GLOBAL_GENERATORS))
+    draws = getattr(dataset, "draws_from", GLOBAL_GENERATORS)
+    if isinstance(draws, str):  # ("torch") is a string: the tuple needs its comma, ("torch",)
+        raise ValueError(f"draws_from is the string {draws!r}; write a tuple of names, such as ({draws!r},)")
+    draws = tuple(draws)
     unknown = [name for name in draws if name not in GLOBAL_GENERATORS]
     if unknown:
         raise ValueError(f"draws_from names {', '.join(map(repr, unknown))}; it may name only "
