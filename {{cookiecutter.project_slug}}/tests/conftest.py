@@ -11,6 +11,7 @@ import functools
 import importlib.util
 import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -20,7 +21,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from {{ cookiecutter.project_slug }}.engine.repro import configure_determinism
 from {{ cookiecutter.project_slug }}.engine.runs import Run, read_run
@@ -188,6 +191,30 @@ def train_many(root: Path, runs: dict[str, tuple[tuple[str, ...], dict]]) -> dic
     for name, process in processes.items():
         assert process.wait() == 0, f"run {name} failed:\n{process.stderr[-3000:]}"
     return {name: read_run(root / name) for name in runs}
+
+
+# A draw from each global generator, for a dataset made to draw from one of them.
+DRAW = {"random": lambda n: random.randrange(n), "numpy": lambda n: int(np.random.randint(n)),
+        "torch": lambda n: int(torch.randint(n, ()))}
+
+
+class DrawsFrom:
+    """The task's training set, made to draw from one global generator and to declare `draws_from`:
+    sample i is one of its first samples (fetched once) chosen at random, whatever the task's
+    samples are. Anything else (what make_model reads) comes from the task's training set."""
+
+    def __init__(self, dataset, generator: str, draws_from: tuple[str, ...], samples: int = SAMPLES) -> None:
+        self.dataset, self.generator, self.draws_from = dataset, generator, draws_from
+        self.samples = [dataset[index] for index in range(min(samples, len(dataset)))]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int):
+        return self.samples[(index + DRAW[self.generator](len(self.samples))) % len(self.samples)]
+
+    def __getattr__(self, name: str):
+        return getattr(self.__dict__["dataset"], name)
 
 
 class SetUpFailure:
