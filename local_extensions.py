@@ -7,10 +7,16 @@ since copier does not put the template's folder on the import path).
   Accents are stripped first (`Ünïcode` -> `unicode`). A name with no ASCII letter or digit left
   (`项目`) gives `project`, which the prompt offers to change.
   (cookiecutter's own `slugify` transliterates, turning 项目 into `xiang_mu`; we do not guess.)
+  The result is never a name the pre-generation hook refuses, so that the defaults always bake:
+  a name that is a keyword or would shadow a module gets `_project` added (`Random` ->
+  `random_project`, not `random`), one that starts with a digit gets `project_` in front
+  (`3D Model` -> `project_3d_model`). A package name typed as an answer is checked as typed.
 - `tojson`: replaces Jinja's `tojson`, which escapes every non-ASCII character (`\\u9879`) and
   HTML-escapes quotes. Ours keeps text readable and yields a double-quoted literal that is valid
   in Python, TOML and YAML alike: JSON escapes quotes, backslashes and control characters, and
   DEL, which TOML forbids raw, is escaped too.
+- `template_page`: the web page of the template a project was made from, for the generated README's
+  first line (see the function).
 - `utc_year()`: the year for LICENSE; a function of ours rather than cookiecutter's `{% now %}`
   tag, so that copier, which lacks that tag, derives `__year` from the same cookiecutter.json line.
 - `refusal(question)`: for copier's validators: the pre-generation hook's sentence for the answer
@@ -23,6 +29,7 @@ import datetime
 import importlib.util
 import json
 import re
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -32,18 +39,56 @@ from jinja2.ext import Extension
 HOOKS = Path(__file__).resolve().parent / "hooks"
 
 
-def load_hook(name: str):
-    """Imports a hook by path: the checks are plain functions, the template line sits under __main__."""
-    spec = importlib.util.spec_from_file_location(f"repro_template_{name}", HOOKS / f"{name}.py")
+def load_module(name: str, path: Path):
+    """Imports a file by its path, as module `name`: the one way the template's tools do it (the
+    hooks, scripts/breaks.py), since neither folder is a package on the import path."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as an import would: dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def load_hook(name: str):
+    """A hook as a module: its checks are plain functions, its template line sits under __main__."""
+    return load_module(f"repro_template_{name}", HOOKS / f"{name}.py")
+
+
+PRE_GEN = load_hook("pre_gen_project")
 
 
 def identifier(name: str) -> str:
     # Accents come off first (Ünïcode -> Unicode), so that such letters are kept, not dropped.
     plain = "".join(c for c in unicodedata.normalize("NFKD", str(name)) if not unicodedata.combining(c))
-    return re.sub(r"[^a-z0-9]+", "_", plain.lower()).strip("_") or "project"
+    slug = re.sub(r"[^a-z0-9]+", "_", plain.lower()).strip("_") or "project"
+    if slug[0].isdigit():  # `3d_model` is no identifier
+        slug = f"project_{slug}"
+    # The hook's own check: a keyword, or a module the project or its users import (`random`).
+    return f"{slug}_project" if PRE_GEN.check_slug(slug) else slug
+
+
+# The abbreviations cookiecutter, cruft and copier expand to a repository's address.
+SHORTCUTS = {"gh": "https://github.com/", "gl": "https://gitlab.com/", "bb": "https://bitbucket.org/"}
+
+
+def template_page(source: object, published: object = "") -> str:
+    """The web page of the template a project was made from: `source` as the user gave it to
+    cookiecutter or cruft (`_template`) or copier (`_src_path`), when it is a web address
+    (`gh:owner/name`, an https URL, `git@host:owner/name.git`); else `published` (cookiecutter.json's
+    `__template_url`, the template's own address once it is published); else "". A local path is
+    not a link anyone else can follow, and a user name or token in a URL is not written down."""
+    text = str(source).strip()
+    shortcut, _, rest = text.partition(":")
+    ssh = re.fullmatch(r"(?:ssh://)?git@([^:/]+)[:/](.+)", text)
+    if shortcut in SHORTCUTS and rest and not rest.startswith("/"):
+        page = SHORTCUTS[shortcut] + rest
+    elif re.match(r"(git\+)?https?://", text):
+        page = re.sub(r"^git\+|(?<=//)[^/@]*@", "", text)
+    elif ssh:
+        page = f"https://{ssh.group(1)}/{ssh.group(2)}"
+    else:
+        return str(published).strip()
+    return page.rstrip("/").removesuffix(".git")
 
 
 def tojson(value: object) -> str:
@@ -59,7 +104,7 @@ class Filters(Extension):
 
     def __init__(self, environment):
         super().__init__(environment)
-        pre_gen, post_gen = load_hook("pre_gen_project"), load_hook("post_gen_project")
+        pre_gen, post_gen = PRE_GEN, load_hook("post_gen_project")
 
         @pass_context
         def refusal(context, question: str) -> str:
@@ -74,6 +119,7 @@ class Filters(Extension):
 
         environment.filters["identifier"] = identifier
         environment.filters["tojson"] = tojson
+        environment.filters["template_page"] = template_page
         environment.globals["utc_year"] = utc_year
         environment.globals["refusal"] = refusal
         environment.globals["paths_to_remove"] = post_gen.paths_to_remove

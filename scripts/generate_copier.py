@@ -21,7 +21,6 @@ Standard library only: it runs before anything is installed.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 import sys
@@ -30,13 +29,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 COPIER_YML = ROOT / "copier.yml"
 MIN_COPIER = "9.19.0"  # tests/test_copier.py runs requirements-dev.txt's copier, 9.19.1
+sys.path.insert(0, str(ROOT))  # local_extensions.py, at the template's top
+from local_extensions import load_hook  # noqa: E402
 
 # Derived values that copier gets elsewhere than cookiecutter.json: the answers file's name (empty
-# under cookiecutter, so that the template's answers file is not written there) and the folder's
-# name (under copier the destination the user gave, which the closing message names).
+# under cookiecutter, so that the template's answers file is not written there), the folder's
+# name (under copier the destination the user gave, which the closing message names), and the
+# template as the user gave it (cookiecutter and cruft call it `_template`, copier `_src_path`),
+# which the generated README links to when it is a web address.
 COPIER_ONLY_VALUES = {
     "__answers": "{{ _copier_conf.answers_file }}",
     "_folder_name": "{{ _folder_name }}",
+    "_template": "{{ _copier_answers._src_path }}",
 }
 
 HEADER = """\
@@ -45,13 +49,6 @@ HEADER = """\
 # copier needs --trust for this template: `_jinja_extensions` runs local_extensions.py (the package-name
 # filter and the hooks' checks) and `_tasks` runs hooks/post_gen_project.py (git init, closing message).
 """
-
-
-def load_hook(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "hooks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def yaml_str(value: str) -> str:

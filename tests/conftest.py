@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -26,14 +25,8 @@ IDENTITY = {"GIT_AUTHOR_NAME": "Ada Test", "GIT_AUTHOR_EMAIL": "ada@example.org"
             "GIT_COMMITTER_NAME": "Ada Test", "GIT_COMMITTER_EMAIL": "ada@example.org"}
 
 
-def load(name: str, path: Path):
-    """Imports a hook as a module: its checks are plain functions, its template line sits under __main__."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # as an import would: dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
+sys.path.insert(0, str(ROOT))  # local_extensions.py, at the template's top
+from local_extensions import load_module as load  # noqa: E402
 
 pre_gen = load("pre_gen_project", ROOT / "hooks" / "pre_gen_project.py")
 post_gen = load("post_gen_project", ROOT / "hooks" / "post_gen_project.py")

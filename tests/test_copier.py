@@ -171,6 +171,16 @@ def test_copier_refuses_what_the_hook_refuses_at_the_question_with_the_same_reas
     assert not (tmp_path / "out").exists()
 
 
+def test_a_name_whose_plain_package_name_is_refused_copies_with_every_default(template, tmp_path, env):
+    """copier checks a default before it offers it: `Random` must derive a package name it takes."""
+    project = tmp_path / "random"
+    result = copier_cli("copy", "--trust", "--defaults", "--data", "project_name=Random", str(template), str(project),
+                        env=env)
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load((project / ANSWERS_FILE).read_text(encoding="utf-8"))["project_slug"] == "random_project"
+    assert (project / "src" / "random_project" / "train.py").is_file()
+
+
 # What cookiecutter refuses itself, before its hook runs: copier refuses it too, at the question. A
 # choice outside the list by copier's own `choices`; a yes/no that is neither by the hook's
 # check_yes_no, since copier would read `maybe` as yes. The last line of copier's traceback:

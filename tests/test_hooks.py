@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import keyword
 import subprocess
 import sys
 
@@ -13,7 +14,7 @@ try:  # Python 3.11+
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from conftest import AWKWARD_NAME, COOKIECUTTER_JSON, ROOT, cookiecutter_cli, post_gen, pre_gen
+from conftest import AWKWARD_NAME, COOKIECUTTER_JSON, GENERATED_README, ROOT, cookiecutter_cli, post_gen, pre_gen
 
 sys.path.insert(0, str(ROOT))
 import local_extensions  # noqa: E402
@@ -31,7 +32,7 @@ def defaults(**overrides) -> dict:
 # Each refused input: the extra context, and a piece of the one line the user reads.
 REFUSALS = {
     "keyword": ({"project_slug": "class"}, "is a Python keyword"),
-    "standard-library module": ({"project_name": "Random"}, "would shadow the module 'random'"),
+    "standard-library module": ({"project_slug": "random"}, "would shadow the module 'random'"),
     "test module": ({"project_slug": "test"}, "would shadow the module 'test'"),
     "torch": ({"project_slug": "torch"}, "would shadow the module 'torch'"),
     "numpy": ({"project_slug": "numpy"}, "would shadow the module 'numpy'"),
@@ -242,6 +243,32 @@ def test_the_identifier_filter_lowercases_and_joins_other_characters_with_unders
     assert local_extensions.identifier('Ünïcode "Quoted" 名前') == "unicode_quoted"  # accents come off, not letters
 
 
+# Project names whose plain derivation (lower case, other characters made `_`) the hook would refuse.
+REFUSED_DERIVATIONS = {"Random": "random_project", "Class": "class_project", "Test": "test_project",
+                       "Torch": "torch_project", "3D Model": "project_3d_model", "复现 1": "project_1"}
+
+
+@pytest.mark.parametrize("name, slug", REFUSED_DERIVATIONS.items())
+def test_a_derived_package_name_that_the_hook_would_refuse_is_changed_into_one_it_takes(name, slug):
+    assert local_extensions.identifier(name) == slug
+    assert pre_gen.check_slug(slug) is None
+
+
+def test_no_module_name_or_keyword_derives_a_refused_package_name():
+    names = [*sys.stdlib_module_names, *pre_gen.SHADOWED, *keyword.kwlist]
+    refused = {name: local_extensions.identifier(name.title()) for name in names
+               if pre_gen.check_slug(local_extensions.identifier(name.title()))}
+    assert refused == {}
+
+
+def test_a_name_whose_plain_package_name_is_refused_bakes_with_every_default(tmp_path):
+    """`Random` would give `random`, which the hook refuses: the default must bake all the same."""
+    result = cookiecutter_cli(tmp_path / "out", "project_name=Random", "init_git=no")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "random_project" / "src" / "random_project" / "train.py").is_file()
+    assert result.stdout.startswith("Created random_project/.")
+
+
 def test_an_empty_package_name_is_refused():
     assert "empty" in pre_gen.check_slug("")
 
@@ -256,3 +283,51 @@ def test_the_tojson_filter_gives_one_literal_valid_in_python_toml_and_yaml_and_k
     assert tomllib.loads(f"x = {literal}")["x"] == tricky
     assert yaml.safe_load(f"x: {literal}")["x"] == tricky
     assert json.loads(literal) == tricky
+
+
+# Where a project came from, as cookiecutter and cruft (`_template`) or copier (`_src_path`) have it,
+# and the page its README links to: a web address's page; for a local path, the template's published
+# address (cookiecutter.json's __template_url), or no link while that is empty.
+TEMPLATE_SOURCES = {
+    "gh:alice/repro-template": "https://github.com/alice/repro-template",
+    "gl:alice/repro-template": "https://gitlab.com/alice/repro-template",
+    "https://github.com/alice/repro-template.git": "https://github.com/alice/repro-template",
+    "https://alice:secret-token@github.com/alice/repro-template/": "https://github.com/alice/repro-template",
+    "git+https://example.org/alice/repro-template": "https://example.org/alice/repro-template",
+    "git@github.com:alice/repro-template.git": "https://github.com/alice/repro-template",
+    "ssh://git@gitlab.com/alice/repro-template.git": "https://gitlab.com/alice/repro-template",
+    ".": "", "repro-template": "", "/home/alice/repro-template": "", "file:///home/alice/repro-template": "",
+}
+
+
+@pytest.mark.parametrize("source, page", TEMPLATE_SOURCES.items())
+def test_the_template_page_is_the_web_address_a_project_came_from_and_never_a_local_path(source, page):
+    assert local_extensions.template_page(source, "") == page
+    published = "https://example.org/published/repro-template"
+    assert local_extensions.template_page(source, published) == (page or published)
+
+
+def render_readme_head(language: str, source: str, published: str = "") -> str:
+    """The generated README's first paragraphs, rendered as the tools render them."""
+    import jinja2
+
+    environment = jinja2.Environment(extensions=[local_extensions.Filters], undefined=jinja2.StrictUndefined)
+    head = GENERATED_README[language].read_text(encoding="utf-8").split("\n## ", 1)[0]
+    context = {"project_name": "P", "description": "D", "_template": source, "__template_url": published}
+    return environment.from_string(head).render(cookiecutter=context)
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_the_generated_readme_links_to_where_the_project_came_from(language):
+    assert "[repro-template](https://github.com/alice/repro-template)" in render_readme_head(
+        language, "gh:alice/repro-template")
+    local = render_readme_head(language, "/home/alice/repro-template")
+    assert "repro-template" in local and "](" not in local and "/home/alice" not in local
+    assert "[repro-template](https://example.org/t)" in render_readme_head(language, ".", "https://example.org/t")
+
+
+def test_the_template_address_is_one_setting_that_the_template_readme_names():
+    assert COOKIECUTTER_JSON["__template_url"] == ""  # no page that does not exist: empty until published
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "`__template_url` in\n`cookiecutter.json`" in readme or "`__template_url` in `cookiecutter.json`" in readme
+    assert "org/repro-template" not in readme

@@ -16,7 +16,7 @@ def template_text() -> str:
     """Every file the template renders, its file names too, and the hooks."""
     parts = [path.relative_to(ROOT).as_posix() for path in TEMPLATE_DIR.rglob("*")]
     parts += [path.read_text(encoding="utf-8") for path in TEMPLATE_DIR.rglob("*")
-              if path.is_file() and path.suffix != ".patch"]
+              if path.is_file() and path.suffix != ".patch" and ".png" not in path.name]  # pictures are not text
     return "\n".join(parts)
 
 

@@ -2,9 +2,34 @@
 
 from __future__ import annotations
 
-from conftest import GENERATED_README, ROOT
+import re
+import shlex
+import subprocess
+import sys
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from conftest import GENERATED_README, ROOT, TEMPLATE_DIR
 
 CPU_WHEEL = "python -m pip install torch --index-url https://download.pytorch.org/whl/cpu"
+INSTALL_PROJECT = 'python -m pip install -e ".[dev]"'
+SHARED_VENV = "source ../.venv/bin/activate"  # from the project's folder, the template README's .venv
+
+
+def quick_start_commands(text: str) -> list[str]:
+    """The commands of the first code block after "## Quick start" (or its Chinese heading), without
+    comments, one a line; `cd X && Y` counts as both."""
+    section = re.split(r"^## (?:Quick start|快速上手)$", text, flags=re.M)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = []
+    for line in block.splitlines():
+        command = line.split("  #")[0].strip()
+        if command and not command.startswith("#"):
+            commands += [part.strip() for part in command.split(" && ")]
+    return commands
 
 
 def assert_in_order(text: str, *steps: str) -> None:
@@ -15,12 +40,63 @@ def assert_in_order(text: str, *steps: str) -> None:
 
 def test_the_template_readme_sets_up_a_venv_then_the_cpu_wheel_then_bakes_and_installs():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert_in_order(text, "-m venv .venv", CPU_WHEEL, "cookiecutter gh:", 'python -m pip install -e ".[dev]"')
+    assert_in_order(text, "-m venv .venv", CPU_WHEEL, "cookiecutter repro-template", INSTALL_PROJECT)
 
 
 def test_the_generated_readme_sets_up_a_venv_then_the_cpu_wheel_then_the_project():
     text = GENERATED_README["en"].read_text(encoding="utf-8")
-    assert_in_order(text, "-m venv .venv", CPU_WHEEL, 'python -m pip install -e ".[dev]"', "pytest")
+    assert_in_order(text, "-m venv .venv", CPU_WHEEL, INSTALL_PROJECT, "pytest")
+
+
+def test_the_template_and_project_quick_starts_are_one_environment_installing_torch_once():
+    """The template README's quick start does the project's set-up in the template's .venv, then the
+    project README's own commands; both READMEs say that this .venv is the project's too."""
+    template = quick_start_commands((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert sum(command.startswith("python -m pip install torch") for command in template) == 1
+    for language, path in GENERATED_README.items():
+        text = path.read_text(encoding="utf-8")
+        project = [command.replace("{{ cookiecutter.project_slug }}", "my_project")
+                   for command in quick_start_commands(text)]
+        setup = project[: project.index(INSTALL_PROJECT) + 1]
+        assert setup == ["python -m venv .venv", "source .venv/bin/activate", CPU_WHEEL, INSTALL_PROJECT], language
+        # The template's .venv is made once, with the same CPU wheel, and the project installed into it.
+        assert [c.replace("python3 ", "python ") for c in template if c in setup or c.startswith("python3 -m venv")] \
+            == setup, language
+        after = project[len(setup):]
+        assert template[-len(after):] == after, language  # then the very same commands, in the same order
+        assert SHARED_VENV in text, language
+    assert SHARED_VENV in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_dev_extra_is_what_tests_and_lint_need_and_tensorboard_stays_optional(cookies):
+    project = cookies.bake(extra_context={"init_git": False}).project_path
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
+    extras = pyproject["project"]["optional-dependencies"]
+    assert sorted(re.split(r"[<>=]", requirement)[0] for requirement in extras["dev"]) == ["pytest", "ruff"]
+    assert [re.split(r"[<>=]", requirement)[0] for requirement in extras["tensorboard"]] == ["tensorboard"]
+
+
+def test_the_teaching_command_bakes_without_asking_anything(tmp_path):
+    """The Teaching section's command, run as printed (the template's path for `repro-template`),
+    with no terminal to answer on: a question would end it."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Teaching with it", 1)[1]
+    command = section.split("```bash\n", 1)[1].split("\n", 1)[0]
+    args = [str(ROOT) if arg == "repro-template" else arg for arg in shlex.split(command)]
+    assert args[0] == "cookiecutter"
+    result = subprocess.run([sys.executable, "-m", *args, "init_git=no"], cwd=tmp_path, stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    project = tmp_path / "reproducible_training"
+    assert (project / "exercises").is_dir() and "快速上手" in (project / "README.md").read_text(encoding="utf-8")
+
+
+def test_git_ignores_the_folders_that_the_readmes_commands_write(cookies):
+    project = cookies.bake(extra_context={"init_git": False}).project_path
+    paths = ["runs/a/model.pt", "runs/a/metrics.csv", "studies/base/study.json", "studies/base/seed-0/config.json"]
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    ignored = subprocess.run(["git", "check-ignore", *paths], cwd=project, capture_output=True, text=True)
+    assert ignored.stdout.split() == paths
 
 
 def test_the_generated_readme_says_the_batch_size_is_the_global_batch_and_how_it_is_shared():
@@ -67,3 +143,47 @@ def test_each_language_bakes_one_readme_in_that_language(cookies):
     zh = (chinese / "README.md").read_text(encoding="utf-8")
     assert "## Quick start" not in zh and sum("\u4e00" <= c <= "\u9fff" for c in zh) > 5000
     assert (chinese / "exercises").is_dir() and (english / "exercises").is_dir()
+
+
+def text_of(path) -> str:
+    """A file's text; "" for a file that is not UTF-8 text (the pictures), which is copied as it is."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return ""
+
+
+def test_cookiecutter_reads_every_template_file_that_holds_jinja_as_text():
+    """cookiecutter copies a file it guesses to be binary without rendering it (binaryornot's guess
+    from the first 1024 bytes): a README whose start is mostly Chinese can be guessed so, and its
+    `{{ cookiecutter.project_name }}` would reach the project as written."""
+    from binaryornot.check import is_binary
+
+
+
+    templated = [path for path in TEMPLATE_DIR.rglob("*") if path.is_file() and path.suffix != ".patch"
+                 and any(mark in text_of(path) for mark in ("{{", "{%"))]
+    assert len(templated) > 10
+    assert [path.relative_to(TEMPLATE_DIR).as_posix() for path in templated if is_binary(str(path))] == []
+
+
+def joined_lines(text: str) -> list[str]:
+    """Lines with shell continuations (a trailing backslash) joined, spaces collapsed."""
+    return [" ".join(line.split()) for line in re.sub(r"\\\n\s*", " ", text).splitlines()]
+
+
+def test_the_picture_in_the_readmes_is_drawn_by_the_generated_readmes_own_commands():
+    """scripts/picture.sh runs the README's studies and plot command (its --out aside), and every
+    README shows the picture it writes."""
+    script = (ROOT / "scripts" / "picture.sh").read_text(encoding="utf-8")
+    commands = [line.replace('"$PY" -m my_project.', "python -m {{ cookiecutter.project_slug }}.").split(" >&2")[0]
+                for line in joined_lines(script) if line.startswith('"$PY" -m my_project.')]
+    assert [re.search(r"\}\}\.(\w+)", command).group(1) for command in commands] == ["study", "study", "plot"]
+    for language, path in GENERATED_README.items():
+        readme = joined_lines(path.read_text(encoding="utf-8"))
+        for command in commands:
+            expected = command.replace("--out study.png", "--out lr.pdf")
+            assert any(line.split("  #")[0].strip() == expected for line in readme), (language, expected)
+        assert "](docs/study.png)" in path.read_text(encoding="utf-8"), language
+    assert "](docs/study.png)" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert (ROOT / "docs" / "study.png").read_bytes().startswith(b"\x89PNG")

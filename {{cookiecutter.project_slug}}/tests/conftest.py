@@ -8,8 +8,10 @@ on disk, never for "long enough", and its time limits only stop a run that hangs
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,7 +22,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from {{ cookiecutter.project_slug }}.engine.repro import configure_determinism
 from {{ cookiecutter.project_slug }}.engine.runs import Run, read_run
@@ -216,6 +220,30 @@ def train_many(root: Path, runs: dict[str, tuple[tuple[str, ...], dict]]) -> dic
     return {name: read_run(root / name) for name in runs}
 
 
+# A draw from each global generator, for a dataset made to draw from one of them.
+DRAW = {"random": lambda n: random.randrange(n), "numpy": lambda n: int(np.random.randint(n)),
+        "torch": lambda n: int(torch.randint(n, ()))}
+
+
+class DrawsFrom:
+    """The task's training set, made to draw from one global generator and to declare `draws_from`:
+    sample i is one of its first samples (fetched once) chosen at random, whatever the task's
+    samples are. Anything else (what make_model reads) comes from the task's training set."""
+
+    def __init__(self, dataset, generator: str, draws_from: tuple[str, ...], samples: int = SAMPLES) -> None:
+        self.dataset, self.generator, self.draws_from = dataset, generator, draws_from
+        self.samples = [dataset[index] for index in range(min(samples, len(dataset)))]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int):
+        return self.samples[(index + DRAW[self.generator](len(self.samples))) % len(self.samples)]
+
+    def __getattr__(self, name: str):
+        return getattr(self.__dict__["dataset"], name)
+
+
 class SetUpFailure:
     """A shared set-up that failed: the first test that needs it fails with the error, the others
     skip and name that test. One report, not the same traceback once per test."""
@@ -248,12 +276,15 @@ def value_of(result, request: pytest.FixtureRequest):
 # The runs that the specifications compare, each in its own process, so that a match cannot come
 # from sharing one. The two plain seed-7 runs are launched from "shells" with different
 # PYTHONHASHSEED values.
+# TensorBoard is an optional extra (pip install -e ".[tensorboard]"; the CI workflow installs it):
+# without it, the run below leaves --tensorboard out and the tracking tests skip, saying why.
+TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
 RUNS = {
     "seed7": (("--seed", "7"), {"PYTHONHASHSEED": None}),
     "seed7_again": (("--seed", "7"), {"PYTHONHASHSEED": "123"}),
     # Four invariances in one run, to keep the suite fast: a mismatch would fail the test of each.
-    "seed7_workers3_eval_never": (("--seed", "7", "--num-workers", "3", "--eval-every", "0", "--tensorboard",
-                                   "--log-every", "1"), {}),
+    "seed7_workers3_eval_never": (("--seed", "7", "--num-workers", "3", "--eval-every", "0", "--log-every", "1",
+                                   *(("--tensorboard",) if TENSORBOARD else ())), {}),
     "seed7_workers2_persistent": (("--seed", "7", "--num-workers", "2", "--persistent-workers",
                                    "--prefetch-factor", "4"), {}),
     "seed7_threads2": (("--seed", "7", "--epochs", "1", "--threads", "2"), {}),

@@ -1,11 +1,18 @@
-"""Specifications of atomic writes: a write that fails half-way leaves the old file as it was."""
+"""Specifications of checkpoint files: a write that fails half-way leaves the old file as it was, and
+a checkpoint made to run code when it is loaded is refused without running it."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
+import torch
 
 from {{ cookiecutter.project_slug }}.engine.checkpoint import load_latest_checkpoint
 from {{ cookiecutter.project_slug }}.engine.files import atomic_write, atomic_write_text
+from {{ cookiecutter.project_slug }}.train import main
+
+from conftest import read_run
 
 
 class DiskFull(OSError):
@@ -54,3 +61,40 @@ def test_checkpoints_are_ordered_by_step_past_9_99_and_999_and_only_the_newest_t
         "step-00000100.pt", "step-00000999.pt", "step-00001000.pt"][-KEEP_LAST:]
     state, path = load_latest_checkpoint(tmp_path)
     assert state == {"format_version": FORMAT_VERSION, "step": 1000} and path.name == "step-00001000.pt"
+
+
+class RunsCodeWhenUnpickled:
+    """What a crafted checkpoint hides among its tensors: unpickling it calls exec() on this code,
+    which writes a file, so that whether it ran can be seen."""
+
+    def __init__(self, marker) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return exec, (f"open({self.marker!r}, 'w').write('the payload ran')",)
+
+
+def test_a_checkpoint_crafted_to_run_code_is_refused_unrun_and_the_run_resumes_from_the_one_before(
+        runs, tmp_path, capsys):
+    run = shutil.copytree(runs["seed7"].path, tmp_path / "run")
+    for name in ("summary.json", "model.pt"):  # as if it had been killed after its last checkpoint
+        (run / name).unlink()
+    before, newest = sorted((run / "checkpoints").glob("step-*.pt"))[-2:]
+    marker = tmp_path / "the-payload-ran"
+    checkpoint = torch.load(newest, weights_only=True)
+    torch.save({**checkpoint, "payload": RunsCodeWhenUnpickled(marker)}, newest)  # a real checkpoint, plus code
+    # The payload is live: an unsafe load runs it (on a copy, to leave the run's file as it was).
+    torch.load(shutil.copy(newest, tmp_path / "copy.pt"), weights_only=False)
+    assert marker.read_text() == "the payload ran"
+    marker.unlink()
+
+    assert main(["--out", str(run), "--resume"]) == 0  # in this process: whatever runs, runs here
+    assert not marker.exists()
+    captured = capsys.readouterr()
+    warning = [line for line in captured.err.splitlines() if str(newest) in line]
+    assert warning == [f"warning: skipping damaged checkpoint {newest} (it holds objects other than tensors and "
+                       "plain values, which could run code when loaded; it was not loaded)"]
+    step = torch.load(before, weights_only=True)["step"]
+    assert f"resuming from {before} (epoch " in captured.out and f"step {step})" in captured.out
+    resumed = read_run(run)
+    assert resumed.metrics == runs["seed7"].metrics and resumed.weights == runs["seed7"].weights

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import random
 
 import numpy as np
@@ -13,7 +14,7 @@ from {{ cookiecutter.project_slug }}.config import Config
 from {{ cookiecutter.project_slug }}.engine.loader import EpochSampler, KeyedRandomness, make_loader
 from {{ cookiecutter.project_slug }}.train import first
 
-from conftest import BATCH, SAMPLES
+from conftest import BATCH, SAMPLES, DrawsFrom
 
 SEED = 3
 CONFIG = Config(seed=SEED)
@@ -99,6 +100,38 @@ def test_example_data_the_augmentation_draws_from_all_three_global_generators():
         seed_one(1)  # only this generator moves
         draws.append(torch.equal(dataset[5][0], reference))
     assert draws == [False, False, False]
+
+
+def generator_states() -> tuple:
+    return random.getstate(), np.random.get_state()[1].tolist(), torch.get_rng_state()
+
+
+def test_only_the_generators_a_dataset_declares_are_seeded_before_each_sample():
+    """What draws_from saves (seeding the others costs µs a sample), and what it must keep: the
+    declared generator is still keyed."""
+    keyed = KeyedRandomness(DrawsFrom(train_set(), "torch", draws_from=("torch",)), seed=SEED, stream=0)
+    keys = [(2, index) for index in range(8)]
+    torch.manual_seed(1)
+    before = generator_states()
+    first_fetch = keyed.__getitems__(keys)
+    after = generator_states()
+    assert after[:2] == before[:2]  # random and numpy: untouched
+    assert not torch.equal(after[2], before[2])  # torch: seeded, then drawn from
+    torch.manual_seed(99)
+    again = keyed.__getitems__(keys)
+    assert all(map(operator.is_, again, first_fetch))  # the same samples, whatever torch's state was before
+
+
+def loader_epochs(dataset, workers: int) -> torch.Tensor:
+    loader = make_loader(dataset, batch_size=BATCH, seed=SEED, train=True, num_workers=workers)
+    return flat(list(loader))
+
+
+def test_negative_control_a_generator_the_loader_does_not_seed_changes_with_the_worker_count():
+    """The run-level test (test_a_dataset_that_declares_fewer_generators_...) could not pass by luck:
+    a dataset's draw from a generator that is left unseeded differs between 0 and 2 workers."""
+    undeclared = DrawsFrom(train_set(), "torch", draws_from=())  # a lie, which train.py would refuse
+    assert not torch.equal(loader_epochs(undeclared, 0), loader_epochs(undeclared, 2))
 
 
 def test_a_dataset_error_names_the_sample_and_the_original_error():

@@ -108,6 +108,9 @@ def test_a_run_that_fails_before_its_first_step_leaves_nothing_that_blocks_a_pla
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "failed before its first step: FileNotFoundError: data/train.csv" in line
     assert "run the same command again" in line
+    with pytest.raises(SystemExit):  # --resume, tried all the same, says why there is nothing to resume
+        main(["--out", str(out), "--resume"])
+    assert "failed before its first step" in capsys.readouterr().err
     monkeypatch.setattr(task, "make_datasets", real)
     assert main(["--out", str(out), *FAST, "--epochs", "1"]) == 0  # no --overwrite needed
 

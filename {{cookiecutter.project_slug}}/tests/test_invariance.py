@@ -9,7 +9,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import PACKAGE, python_env
+from {{ cookiecutter.project_slug }} import task
+from {{ cookiecutter.project_slug }}.train import main
+
+from conftest import FAST, PACKAGE, DrawsFrom, python_env, read_run
 
 STRINGS = "{'alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta', 'eta', 'theta'}"
 
@@ -28,6 +31,26 @@ def test_reading_the_metrics_back_every_step_or_every_50_gives_the_same_rows(run
     assert every_step.config["log_every"] == 1 and default.config["log_every"] == 50
     train_rows = [[row for row in run.metrics if row["split"] == "train"] for run in (every_step, default)]
     assert train_rows[0] == train_rows[1]
+
+
+def test_a_dataset_that_declares_fewer_generators_gives_the_same_weights_with_0_and_2_workers(tmp_path, monkeypatch):
+    """draws_from = ("torch",): only torch's generator is seeded before each sample, and that is
+    enough for a dataset that draws from torch alone (the negative control, a generator left
+    unseeded, is in test_data.py). In this process, to keep the suite fast: the runs differ only in
+    their worker count, and workers are processes of their own anyway."""
+    real = task.make_datasets
+
+    def torch_only(config):
+        train_set, val_set = real(config)
+        return DrawsFrom(train_set, "torch", draws_from=("torch",)), val_set
+
+    monkeypatch.setattr(task, "make_datasets", torch_only)
+    for workers in (0, 2):
+        assert main(["--out", str(tmp_path / f"workers{workers}"), *FAST, "--epochs", "1", "--seed", "7",
+                     "--num-workers", str(workers)]) == 0
+    zero, two = read_run(tmp_path / "workers0"), read_run(tmp_path / "workers2")
+    assert zero.train_losses == two.train_losses
+    assert zero.weights == two.weights
 
 
 def test_persistent_workers_and_prefetch_factor_change_no_weight(runs):

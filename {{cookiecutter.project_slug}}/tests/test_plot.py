@@ -123,4 +123,4 @@ def test_bad_paths_and_places_get_one_line_and_exit_2(runs, tmp_path, capsys):
     if os.geteuid() != 0:  # root writes anywhere else
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)
-        assert "cannot write in" in refused([run, "--out", str(locked / "x.png")], capsys)
+        assert "cannot write there (Permission denied)" in refused([run, "--out", str(locked / "x.png")], capsys)

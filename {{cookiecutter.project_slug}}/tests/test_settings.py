@@ -28,7 +28,7 @@ BASE = ("--epochs", "1", "--device", "cpu", "--max-samples", "64", "--batch-size
         "--checkpoint-every", "0", "--seed", "7")
 # For each setting that affects the weights, another value (set over BASE).
 PERTURBED = {
-    "seed": 8, "data_seed": DEFAULTS.data_seed + 1, "epochs": 2, "batch_size": BATCH // 2, "accumulate": 2,
+    "seed": 8, "data_seed": (DEFAULTS.data_seed + 1) % 2**32, "epochs": 2, "batch_size": BATCH // 2, "accumulate": 2,
     "max_samples": 48, "optimizer": "adamw", "lr": DEFAULTS.lr * 2, "schedule": "constant", "warmup_steps": 3,
     "momentum": 0.5, "weight_decay": 0.05, "clip_grad_norm": 0.01, "width": max(1, DEFAULTS.width // 2),
     "dropout": 0.5 if DEFAULTS.dropout != 0.5 else 0.1, "precision": "bf16",

@@ -12,10 +12,10 @@ from torch import nn
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.train import main
 
-from conftest import FAST
+from conftest import FAST, DrawsFrom
 
 RUN_FILES = ("config.json", "environment.json", "metrics.csv", "checkpoints", "summary.json", "model.pt")
-real_metrics, real_model = task.metrics_from_sums, task.make_model
+real_metrics, real_model, real_datasets = task.metrics_from_sums, task.make_model, task.make_datasets
 
 
 class Doubled(nn.Module):
@@ -32,6 +32,14 @@ class Doubled(nn.Module):
 
 def with_loss(change):
     return lambda sums: {**real_metrics(sums), "loss": change(real_metrics(sums)["loss"])}
+
+
+def declaring(generator: str, declared: tuple[str, ...]):
+    """make_datasets whose training set draws from `generator` and declares `declared`."""
+    def make_datasets(config):
+        train_set, val_set = real_datasets(config)
+        return DrawsFrom(train_set, generator, declared), val_set
+    return make_datasets
 
 
 BROKEN = {  # what is broken: (task attribute, replacement, words the one line must hold)
@@ -51,6 +59,17 @@ BROKEN = {  # what is broken: (task attribute, replacement, words the one line m
         "HEADLINE_METRIC", "no_such_figure", "task.HEADLINE_METRIC is 'no_such_figure'"),
     "outputs that do not fit the targets": (
         "make_model", lambda config, train_set: Doubled(real_model(config, train_set)), "raised"),
+    # draws_from (engine/loader.py): a generator left out would draw differently in each worker.
+    "a dataset that draws from random and leaves it out": (
+        "make_datasets", declaring("random", ("numpy", "torch")), "samples change with the 'random' generator"),
+    "a dataset that draws from numpy and leaves it out": (
+        "make_datasets", declaring("numpy", ("torch",)), "samples change with the 'numpy' generator"),
+    "a dataset that draws from torch and declares none": (
+        "make_datasets", declaring("torch", ()), "samples change with the 'torch' generator"),
+    "a draws_from that names no generator": (
+        "make_datasets", declaring("torch", ("Torch",)), "draws_from names 'Torch'; it may name only"),
+    "a draws_from that is a string, not a tuple": (
+        "make_datasets", declaring("torch", "torch"), "draws_from is the string 'torch'; write a tuple"),
 }
 
 
@@ -76,3 +95,21 @@ def test_an_earlier_run_is_not_lost_to_a_broken_task_under_overwrite(runs, tmp_p
     with pytest.raises(SystemExit):
         main(["--out", str(copy), *FAST, "--overwrite"])
     assert {path: path.read_bytes() for path in copy.rglob("*") if path.is_file()} == before
+
+
+def test_the_draws_check_passes_an_honest_declaration_and_leaves_the_generators_as_found():
+    """It seeds and fetches samples before the model's weights are drawn: it must shift no draw."""
+    import random
+
+    import numpy as np
+
+    from {{ cookiecutter.project_slug }}.config import Config
+    from {{ cookiecutter.project_slug }}.engine.contract import check_declared_draws
+
+    train_set, val_set = real_datasets(Config())
+    honest = DrawsFrom(train_set, "numpy", draws_from=("numpy",), samples=16)
+    torch.manual_seed(5)
+    before = random.getstate(), np.random.get_state()[1].tolist(), torch.get_rng_state()
+    check_declared_draws(honest, val_set)  # tries random and torch on its samples: they change nothing
+    after = random.getstate(), np.random.get_state()[1].tolist(), torch.get_rng_state()
+    assert after[:2] == before[:2] and torch.equal(after[2], before[2])

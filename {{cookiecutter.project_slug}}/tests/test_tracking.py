@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import TENSORBOARD
 
+needs_tensorboard = pytest.mark.skipif(not TENSORBOARD, reason="tensorboard is not installed: it is an optional "
+                                       "extra (pip install -e '.[tensorboard]'), which the CI workflow installs")
+
+
+@needs_tensorboard
 def test_tensorboard_on_and_off_give_the_same_weights(runs):
     tracked = runs["seed7_workers3_eval_never"]
     assert tracked.config["tensorboard"] and not runs["seed7"].config["tensorboard"]
@@ -12,8 +18,8 @@ def test_tensorboard_on_and_off_give_the_same_weights(runs):
     assert tracked.train_losses == runs["seed7"].train_losses
 
 
+@needs_tensorboard
 def test_tensorboard_event_files_hold_the_metrics_of_metrics_csv(runs):
-    pytest.importorskip("tensorboard", reason="--tensorboard needs the tensorboard extra")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run = runs["seed7_workers3_eval_never"]

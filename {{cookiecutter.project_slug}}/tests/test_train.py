@@ -110,7 +110,7 @@ def test_example_data_another_data_seed_picks_other_validation_samples():
     from {{ cookiecutter.project_slug }}.config import Config
 
     _, val_7 = task.make_datasets(Config(seed=7))
-    _, val_other_data = task.make_datasets(Config(seed=7, data_seed=Config().data_seed + 1))
+    _, val_other_data = task.make_datasets(Config(seed=7, data_seed=(Config().data_seed + 1) % 2**32))
     assert not torch.equal(inputs_of(val_7), inputs_of(val_other_data))
 
 

@@ -43,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         from .plot import out_problem
 
-        if out_problem(args.plot):
-            parser.error(out_problem(args.plot))
+        if out_problem(args.plot, "--plot"):
+            parser.error(out_problem(args.plot, "--plot"))
 
     config_a, config_b = settings(a), settings(b)
     print(f"A: {a.path}\nB: {b.path}")

@@ -38,7 +38,7 @@ from .engine.environment import (
     package_differences,
     requirements_text,
 )
-from .engine.files import atomic_write_text
+from .engine.files import atomic_write_text, scratch_problem
 from .engine.launch import launch_training
 from .engine.repro import (
     DETERMINISM_MODES,
@@ -229,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, not {args.steps}")
     run = run_or_refuse(parser, args)
+    if not args.quick and scratch_problem():  # the trial runs go into scratch folders
+        parser.error(scratch_problem())
     problems = late_environment_problems()  # first, before this process changes anything
     try:
         device = select_device(args.device)

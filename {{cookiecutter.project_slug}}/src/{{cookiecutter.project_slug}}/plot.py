@@ -14,11 +14,11 @@ numbers drawn are the ones in each metrics.csv, unrounded. A bad path: one line,
 from __future__ import annotations
 
 import math
-import os
 import sys
 from pathlib import Path
 
 from .engine.cli import make_parser
+from .engine.files import file_in_the_way, write_problem
 from .engine.runs import Run, RunError, read_json, read_run
 from .engine.statistics import statistics_of
 
@@ -126,17 +126,19 @@ def band(panel, steps: list[float], series: dict, key: str, color: str, smooth: 
                            color=color, linewidth=0)
 
 
-def out_problem(out: Path) -> str | None:
-    """Why a picture cannot be written to `out`, as one line; None if it can be tried."""
+def out_problem(out: Path, flag: str = "--out") -> str | None:
+    """Why a picture cannot be written to `out` (given as `flag`), as one line; None if it can be tried."""
     if out.is_dir():
-        return f"--out {out} is a folder; give a file name such as {out / 'curves.png'}"
+        return f"{flag} {out} is a folder; give a file name such as {out / 'curves.png'}"
     if out.suffix.lower() not in FORMATS:
-        return f"--out {out}: the suffix says the format; choose one of {', '.join(FORMATS)}"
+        return f"{flag} {out}: the suffix says the format; choose one of {', '.join(FORMATS)}"
+    blocking = file_in_the_way(out)
+    if blocking is not None:
+        return f"{flag} {out}: {blocking} is a file, not a folder"
     if not out.parent.is_dir():
-        return f"--out {out}: the folder {out.parent} does not exist"
-    if not os.access(out.parent, os.W_OK):
-        return f"--out {out}: cannot write in {out.parent}"
-    return None
+        return f"{flag} {out}: the folder {out.parent} does not exist"
+    problem = write_problem(out.parent)
+    return f"{flag} {out}: cannot write there ({problem})" if problem else None
 
 
 def save_picture(series: dict[str, dict], out: Path, **options) -> str | None:

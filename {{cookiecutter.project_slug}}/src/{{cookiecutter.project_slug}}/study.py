@@ -31,7 +31,7 @@ from .config import EXECUTION_ONLY, Config, build_parser
 from .engine.cli import make_parser, prog
 from .engine.cli import refuse as refuse_with
 from .engine.environment import differences
-from .engine.files import atomic_write_text, write_json
+from .engine.files import atomic_write_text, file_in_the_way, unwritable_reason, write_json
 from .engine.launch import launch_training
 from .engine.repro import MAX_SEED
 from .engine.runs import RunError, read_json, read_run
@@ -77,6 +77,9 @@ def result_differences(a: dict, b: dict) -> list[str]:
 
 def check_study_folder(out: Path, shared: dict) -> dict | None:
     """The study already in `out` (refusing one with other result settings), or None."""
+    blocking = file_in_the_way(out)
+    if blocking is not None:
+        refuse(f"--out {out}: {blocking} is a file, not a folder")
     if not (out / "study.json").exists():
         if out.is_dir() and any(out.iterdir()):
             refuse(f"--out {out} is not empty and holds no study (study.json); choose another --out")
@@ -240,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.summarise:
         if flags:
             refuse(f"--summarise trains nothing: leave out {flags[0]}")
+        if not args.out.is_dir():
+            refuse(f"--summarise: --out {args.out} {'is a file' if args.out.exists() else 'does not exist'}; "
+                   "give the study folder that holds the seed-<N> runs")
         shared, seconds = shared_config_of_runs(args.out, seeds), None
     else:
         shared, seconds = train_seeds(args, seeds, flags)
@@ -275,7 +281,7 @@ def train_seeds(args, seeds: list[int], flags: list[str]) -> tuple[dict, float |
         if recorded is None:
             write_json(args.out / "study.json", {"config": shared, "seeds": seeds, "runs": None})
     except OSError as error:
-        refuse(f"--out {args.out}: cannot write there ({error.strerror or error})")
+        refuse(f"--out {args.out}: cannot write there ({unwritable_reason(args.out, error)})")
     start = time.perf_counter()
     failed = run_seeds(seeds, args.out, flags, args.jobs, args.metric)
     if failed:

@@ -6,6 +6,9 @@ any task that keeps the promises below (README: "Bring your own task").
         augmentation draws, per sample, in `__getitem__`, from Python's `random`, NumPy's
         `np.random` or torch's global generator: engine/loader.py seeds those from
         (seed, epoch, index) before each sample, whatever the number of loader workers.
+        Optional: a dataset's `draws_from` names the generators it draws from, ("torch",) say,
+        or () for none; only those are then seeded, which saves a few µs a sample. Without it,
+        all three are. train.py refuses a dataset whose samples change with one it leaves out.
     make_model(config, train_set) -> nn.Module
         Built from what the data says (here: the image size and the number of classes), so no
         number is written twice. train.py seeds torch just before: the initial weights are a
@@ -68,6 +71,10 @@ class ImageDataset(Dataset):
         self.labels = torch.from_numpy(labels)
         self.augment = augment
         self.image_size, self.num_classes = images.shape[-1], NUM_CLASSES  # what make_model needs to know
+        # The global generators __getitem__ draws from: engine/loader.py seeds only these before
+        # each sample (each costs a few µs). The augmentation draws from all three; without it,
+        # nothing is drawn and nothing needs seeding.
+        self.draws_from = ("random", "numpy", "torch") if augment else ()
 
     def __len__(self) -> int:
         return len(self.labels)

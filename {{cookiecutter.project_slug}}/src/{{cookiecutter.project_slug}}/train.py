@@ -32,7 +32,7 @@ from .config import Config
 from .engine import distributed
 from .engine.checkpoint import TrainingState, save_checkpoint, save_sharded_checkpoint
 from .engine.cli import prog
-from .engine.contract import TaskError, check_task
+from .engine.contract import TaskError, check_declared_draws, check_task
 from .engine.environment import describe_environment, environment_changes
 from .engine.files import write_json
 from .engine.loader import make_loader
@@ -77,6 +77,7 @@ def train(plan: Plan) -> int:
     seed_everything(config.seed)
     train_set, val_set = task.make_datasets(config)
     model = task.make_model(config, train_set).to(device)
+    check_declared_draws(train_set, val_set)  # one line and exit 2 if a dataset draws from a generator it leaves out
     train_loader, val_loader = make_loaders(first(train_set, config.max_samples),
                                             first(val_set, config.max_samples), config)
     names = check_task(task, model, val_loader, device, config.precision)  # one line and exit 2 if not

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .engine.cli import make_parser, refuse
 from .engine.environment import differences, environment_differences
+from .engine.files import scratch_problem
 from .engine.launch import launch_training
 from .engine.runs import Run, RunError, first_divergence, read_run
 from .engine.world_sizes import describe
@@ -47,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     recorded_steps = len(original.train_losses)
     if args.steps is not None and args.steps > recorded_steps:  # never claim steps that do not exist
         parser.error(f"--steps {args.steps}: the run in {args.run_dir} has only {recorded_steps} steps")
+    if scratch_problem():  # the re-run goes into a scratch folder
+        parser.error(scratch_problem())
 
     refusal, differing = machine_check(original)
     if refusal is not None:

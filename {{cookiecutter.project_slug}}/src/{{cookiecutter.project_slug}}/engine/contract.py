@@ -1,24 +1,30 @@
 """The task's promises (task.py's docstring), checked once on a few samples before a run starts.
 
 A task that breaks one (a loss that is not one number, a NaN metric, a name that collides with a
-column of metrics.csv, a model whose output does not fit the targets) is refused with one line
-naming the function and what it returned, before the run folder holds anything.
+column of metrics.csv, a model whose output does not fit the targets, a dataset that draws from a
+generator its `draws_from` leaves out) is refused with one line naming the function and what it
+returned, before the run folder holds anything.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from types import ModuleType
 
+import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
 from .device import to_device
+from .loader import declared_draws
 from .precision import autocast
+from .repro import GLOBAL_GENERATORS, seed_global_generators
 from .run_folder import ROW_FIELDS
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -104,3 +110,65 @@ def shown(value: object) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)}"
     return f"{type(value).__name__} {str(value)[:60]}"
+
+
+def check_declared_draws(train_set: Dataset, val_set: Dataset) -> None:
+    """A dataset's `draws_from` (engine/loader.py) names the only generators seeded before each of
+    its samples. One that it leaves out is tried on the first few samples: seeded otherwise, does a
+    sample change? Then the dataset draws from it, and would draw differently in each worker.
+    A dataset that draws from a generator for some samples only can slip past this check: declare
+    every generator that any sample may draw from. The generators are left as they were found."""
+    for split, dataset in (("training", train_set), ("validation", val_set)):
+        try:
+            draws = declared_draws(dataset)
+        except ValueError as error:
+            raise TaskError(f"task.make_datasets: the {split} set's {error}") from error
+        for generator in GLOBAL_GENERATORS:
+            if generator not in draws and samples_change_with(dataset, generator):
+                raise TaskError(f"task.make_datasets: the {split} set declares draws_from = {draws!r}, but its "
+                                f"samples change with the {generator!r} generator: add {generator!r} to draws_from "
+                                "(or remove draws_from: all three generators are then seeded)")
+
+
+def samples_change_with(dataset: Dataset, generator: str) -> bool:
+    """Whether one of the first samples changes when `generator` alone is seeded otherwise."""
+    with generators_left_as_found():
+        for index in range(min(CHECKED_SAMPLES, len(dataset))):
+            seed_global_generators(1)
+            reference = dataset[index]
+            seed_global_generators(1)
+            seed_global_generators(2, generators=(generator,))
+            if not same(dataset[index], reference):
+                return True
+    return False
+
+
+@contextmanager
+def generators_left_as_found() -> Iterator[None]:
+    """Puts the three global generators back as they were: a check must not shift the run's draws."""
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+
+
+def same(a: object, b: object) -> bool:
+    """Bit-for-bit equality of two samples: tensors, arrays and numbers, in tuples, lists and dicts.
+    An object that defines no equality of its own is taken as unchanged: the check cannot see in."""
+    if isinstance(a, torch.Tensor):
+        return (isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
+                and torch.equal(bytes_of(a), bytes_of(b)))
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    if isinstance(a, (tuple, list)):
+        return isinstance(b, type(a)) and len(a) == len(b) and all(map(same, a, b))
+    if isinstance(a, Mapping):
+        return isinstance(b, Mapping) and a.keys() == b.keys() and all(same(a[key], b[key]) for key in a)
+    return type(a).__eq__ is object.__eq__ or bool(a == b)
+
+
+def bytes_of(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)

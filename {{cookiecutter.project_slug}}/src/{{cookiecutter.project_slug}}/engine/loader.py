@@ -19,6 +19,13 @@ Here, three pieces make the data stream a function of (seed, epoch, index) alone
   any other sample, and after a resume. With 0 workers it runs in the training process and leaves
   the generators seeded for its last sample: harmless, since the loop seeds them again from
   (seed, step, micro-batch, rank) before every forward pass (see repro.py).
+  Seeding is most of what this machinery costs a sample, Python's `random` the largest part (the
+  template's benchmarks/run.py measures each). So a dataset may say which generators its
+  `__getitem__` draws from, in an attribute: `draws_from = ("torch",)` (torchvision's transforms
+  draw from torch alone), `draws_from = ()` (no random augmentation); only those are seeded.
+  Without the attribute, all three are. A dataset that draws from a generator it leaves out would
+  draw differently in each worker, so train.py tries each one left out on a few samples before the
+  run starts, and refuses the task if a sample changes with it (engine/contract.py).
 - the loader's own generator is seeded, so making an iterator draws nothing from torch's
   global generator.
 """
@@ -32,7 +39,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from .repro import Stream, derive_seed, keyed_seed, seed_global_generators
+from .repro import GLOBAL_GENERATORS, Stream, derive_seed, keyed_seed, seed_global_generators
 
 
 class EpochSampler(Sampler):
@@ -77,9 +84,26 @@ class EpochSampler(Sampler):
         return len(range(self.start + self.rank, padded, self.world_size))
 
 
+def declared_draws(dataset: Dataset) -> tuple[str, ...]:
+    """The global generators that `dataset` says it draws from (its `draws_from`), looking through
+    wrappers that keep the dataset they wrap as `.dataset` (Subset, --max-samples); all three if it
+    says nothing. Raises ValueError for a name that is not one of them."""
+    while not hasattr(dataset, "draws_from") and hasattr(dataset, "dataset"):
+        dataset = dataset.dataset
+    draws = getattr(dataset, "draws_from", GLOBAL_GENERATORS)
+    if isinstance(draws, str):  # ("torch") is a string: the tuple needs its comma, ("torch",)
+        raise ValueError(f"draws_from is the string {draws!r}; write a tuple of names, such as ({draws!r},)")
+    draws = tuple(draws)
+    unknown = [name for name in draws if name not in GLOBAL_GENERATORS]
+    if unknown:
+        raise ValueError(f"draws_from names {', '.join(map(repr, unknown))}; it may name only "
+                         f"{', '.join(map(repr, GLOBAL_GENERATORS))}")
+    return draws
+
+
 class KeyedRandomness(Dataset):
     """Wraps a map-style dataset (`ds[i]` gives a sample): fetching key (epoch, index) gives
-    `dataset[index]` with the global generators seeded from (seed, stream, epoch, index).
+    `dataset[index]` with the global generators it draws from seeded from (seed, stream, epoch, index).
 
     `stream` tells training from validation samples. DataLoader calls `__getitems__` with a whole
     batch of keys. An exception in the dataset is raised again as a SampleError that names the
@@ -88,6 +112,7 @@ class KeyedRandomness(Dataset):
 
     def __init__(self, dataset: Dataset, seed: int, stream: int) -> None:
         self.dataset, self.base = dataset, derive_seed(seed, stream)
+        self.draws = declared_draws(dataset)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -96,9 +121,9 @@ class KeyedRandomness(Dataset):
         return self.__getitems__([key])[0]
 
     def __getitems__(self, keys: Sequence[tuple[int, int]]) -> list[Any]:
-        samples, base, dataset = [], self.base, self.dataset
+        samples, base, dataset, draws = [], self.base, self.dataset, self.draws
         for epoch, index in keys:
-            seed_global_generators(keyed_seed(base, epoch, index))
+            seed_global_generators(keyed_seed(base, epoch, index), generators=draws)
             try:
                 samples.append(dataset[index])
             except Exception as error:

@@ -21,7 +21,7 @@ from .cli import PACKAGE, prog
 from .cli import refuse as refuse_with
 from .device import select_device
 from .precision import compile_problem, precision_problem
-from .run_folder import make_out_dir, out_dir_refusal
+from .run_folder import ERROR_LOG, make_out_dir, out_dir_refusal
 from .runs import RunError, read_json
 from .startup import PORTABLE_CPU_KERNELS, missing_from_environment, portable_problem
 from .tracking import tracking_problem
@@ -139,8 +139,13 @@ def resume_config_or_refuse(out: Path, typed: dict, world_size: int) -> tuple[Co
     """The recorded config with the typed execution-only changes and this world size, the
     settings it lacked, and the world size it recorded; refuses contradicting settings, on a
     finished run too."""
-    if out.exists() and not out.is_dir():
+    if not out.exists():
+        refuse(f"--resume: --out {out} does not exist, so there is no run to resume")
+    if not out.is_dir():
         refuse(f"--resume: --out {out} is a file, not a run folder")
+    if (out / ERROR_LOG).exists() and not (out / "config.json").exists():  # what a failure before step 1 leaves
+        refuse(f"--resume: the run in {out} failed before its first step ({out / ERROR_LOG}), so there is nothing "
+               "to resume; once fixed, run the same command without --resume")
     try:
         recorded, added = Config.from_dict(read_json(out / "config.json", required=True))
     except RunError as error:

@@ -23,7 +23,7 @@ import hashlib
 import os
 import random
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from enum import IntEnum
 
 import numpy as np
@@ -105,19 +105,30 @@ def keyed_seed(base: int, high: int, low: int) -> int:
     return z ^ (z >> 31)
 
 
-def seed_global_generators(seed: int, device: torch.device | None = None) -> None:
-    """Seeds Python's `random`, NumPy's global generator and torch's CPU generator from one 64-bit
-    seed, and `device`'s generator if it is a GPU: what the loader does before each sample (on the
-    CPU), and the loop before each micro-batch (on the training device).
+GLOBAL_GENERATORS = ("random", "numpy", "torch")  # Python's `random`, NumPy's `np.random`, torch's CPU generator
 
-    Not torch.manual_seed, which also visits every GPU and other backend: over a hundred times the
-    cost of seeding the CPU generator alone, on this project's CI machine
+
+def seed_global_generators(seed: int, device: torch.device | None = None,
+                           generators: Collection[str] = GLOBAL_GENERATORS) -> None:
+    """Seeds Python's `random`, NumPy's global generator and torch's CPU generator (or only those
+    of them named in `generators`) from one 64-bit seed, and `device`'s generator if it is a GPU:
+    what the loader does before each sample (on the CPU), and the loop before each micro-batch (on
+    the training device).
+
+    Each is a Mersenne Twister, whose seeding fills 624 words of state, and whose first draw after
+    it computes 624 more. Python's costs the most (it mixes the seed in over three passes), then
+    NumPy's, then torch's: a few µs in all, which the template's benchmarks/run.py measures part by
+    part. Not torch.manual_seed, which also visits every GPU and other backend: over a hundred times
+    the cost of seeding the CPU generator alone, on this project's CI machine
     (`python -m timeit -s "import torch" "torch.manual_seed(1)"`, then the same with
     `"torch.default_generator.manual_seed(1)"`).
     """
-    random.seed(seed)
-    np.random.seed(seed & 0xFFFFFFFF)  # NumPy's legacy generator takes 32 bits
-    torch.default_generator.manual_seed(seed)
+    if "random" in generators:
+        random.seed(seed)
+    if "numpy" in generators:
+        np.random.seed(seed & 0xFFFFFFFF)  # NumPy's legacy generator takes 32 bits
+    if "torch" in generators:
+        torch.default_generator.manual_seed(seed)
     if device is not None and device.type == "cuda":
         torch.cuda.manual_seed(seed)  # the current GPU: the one this process trains on
     elif device is not None and device.type == "mps":

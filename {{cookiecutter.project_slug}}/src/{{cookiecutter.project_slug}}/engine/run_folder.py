@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from .files import atomic_write, atomic_write_text, write_json
+from .files import atomic_write, atomic_write_text, unwritable_reason, write_json, write_problem
 from .repro import state_dict_sha256
 
 # The files that make a folder hold a run: a new run refuses such a folder without --overwrite.
@@ -55,13 +55,10 @@ def make_out_dir(out: Path) -> str | None:
     in /proc); the reason as one line if not. Touches no run file."""
     try:
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / ".write-test", "")
-        (out / ".write-test").unlink()
     except OSError as error:
-        reason = "a file system that holds no files" if str(out.absolute()).startswith(("/proc/", "/sys/")) \
-            else error.strerror or str(error)
-        return f"--out {out}: cannot write there ({reason})"
-    return None
+        return f"--out {out}: cannot write there ({unwritable_reason(out, error)})"
+    problem = write_problem(out)
+    return f"--out {out}: cannot write there ({problem})" if problem else None
 
 
 def clear_run_files(out: Path) -> None:

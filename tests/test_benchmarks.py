@@ -1,0 +1,88 @@
+"""The benchmark scripts run against the template as it is: a refactor of the generated package that
+breaks benchmarks/run.py or benchmarks/gpu.py fails here, not on the day someone measures.
+
+Their --smoke modes run every part on a few steps and samples (seconds); the figures mean nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT
+
+# The issue-22 targets, and what the READMEs quote besides.
+RUN_RATIOS = ("loop_vs_plain", "strict_vs_off", "loader_vs_plain_0_workers", "loader_vs_plain_2_workers",
+              "slow_loader_vs_plain_0_workers", "slow_loader_vs_plain_2_workers", "torch_only_loop_vs_plain",
+              "torch_only_loader_vs_plain_0_workers", "torch_only_loader_vs_plain_2_workers", "bf16_vs_fp32")
+PROFILE_PARTS = ("getitem", "plus_key", "plus_random", "plus_numpy", "plus_torch", "plus_all_three")
+MACHINE = ("date", "platform", "cpus", "python", "torch", "mode", "command", "load_average_before",
+           "load_average_after", "wall_seconds")
+
+
+def smoke(script: str, *args: str, tmp_path) -> dict:
+    out = tmp_path / "results.json"
+    result = subprocess.run([sys.executable, f"benchmarks/{script}", "--smoke", *args, "--json", str(out)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def positive(value: object) -> bool:
+    return isinstance(value, float) and math.isfinite(value) and value > 0
+
+
+def test_run_py_measures_every_target_and_says_where_and_when(tmp_path):
+    results = smoke("run.py", tmp_path=tmp_path)
+    assert all(positive(results[name]) for name in RUN_RATIOS), {name: results.get(name) for name in RUN_RATIOS}
+    profile = results["keyed_randomness_us_per_sample"]
+    assert set(profile) == set(PROFILE_PARTS) and positive(profile["getitem"])
+    assert positive(results["checkpoint_ms"]) and positive(results["bake_seconds"])
+    machine = results["machine"]
+    assert set(MACHINE) <= set(machine) and machine["mode"] == "smoke"
+    assert machine["command"] == f"python benchmarks/run.py --smoke --json {tmp_path / 'results.json'}"
+    assert len(machine["load_average_before"]) == len(machine["load_average_after"]) == 3
+
+
+def test_gpu_py_runs_every_part_but_compile_on_the_cpu(tmp_path):
+    results = smoke("gpu.py", "--device", "cpu", tmp_path=tmp_path)
+    assert results["device"] == "cpu"
+    for name in ("loop_vs_plain", "strict_vs_off", "loader_vs_plain_0_workers", "log_every_50_vs_1",
+                 "conv_strict_vs_off", "conv_cudnn_disabled_vs_off"):
+        assert positive(results[name]), name
+    assert set(results["read_back_share"]) == {"log_every_1", "log_every_50"}
+    assert all(0 <= share < 1 for share in results["read_back_share"].values())
+    assert results["conv_bitwise_equal_twice"]["strict"] is True
+    assert results["machine"]["command"].startswith("python benchmarks/gpu.py --smoke --device cpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="about a machine without a CUDA GPU")
+def test_gpu_py_without_a_gpu_says_so_in_one_line_and_exits_2():
+    result = subprocess.run([sys.executable, "benchmarks/gpu.py"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "needs a CUDA GPU" in lines[0] and "--device cpu --smoke" in lines[0], lines
+
+
+def test_the_readme_quotes_the_committed_results():
+    """Every ratio in the README's benchmark table, the per-sample profile and the run's date are
+    those of benchmarks/results.json: a new run cannot be committed with the old figures left in
+    the README, nor a figure be written there that no run measured."""
+    results = json.loads((ROOT / "benchmarks" / "results.json").read_text(encoding="utf-8"))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## What reproducibility costs (benchmarks)")[1].split("\n## ")[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", section, flags=re.MULTILINE))
+    ratios = {name: value.strip() for name, value in rows.items() if re.fullmatch(r"\d+\.\d\d", value.strip())}
+    assert "loop_vs_plain" in ratios and "loader_vs_plain_0_workers" in ratios
+    assert ratios == {name: f"{results[name]:.2f}" for name in ratios}
+    profile = results["keyed_randomness_us_per_sample"]
+    parts = " + ".join(f"{profile[name]:.1f}" for name in ("plus_key", "plus_random", "plus_numpy", "plus_torch"))
+    assert rows["keyed_randomness_us_per_sample"].startswith(f"{profile['getitem']:.1f} µs + {parts}; "
+                                                             f"all three {profile['plus_all_three']:.1f}")
+    assert f"run on {results['machine']['date'][:10]}" in " ".join(section.split())
