@@ -73,7 +73,7 @@ def dead_ends(path: Path, top: Path) -> list[str]:
                 problems.append(f"{target}: no heading of {page.name} has the anchor #{anchor}")
     names = headings(text)
     for pattern in SECTION_REFERENCES:
-        for section in pattern.findall(prose.replace("\n", " ")):
+        for section in pattern.findall(re.sub(r"\s+", " ", prose)):
             if not any(name == section or name.startswith(f"{section},") or name.startswith(f"{section}（")
                        or name.startswith(f"{section} ") for name in names):
                 problems.append(f'section "{section}": no heading of {path.name} is named so')

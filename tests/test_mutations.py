@@ -37,6 +37,10 @@ def test_each_break_of_the_mutation_suite_makes_its_test_fail(brk, project):
     assert unchanged(project), "an earlier break left the project changed"
     path, original = breaks.apply(project, brk)
     try:
+        try:  # a break must be caught for what it changes, not because the file no longer compiles
+            compile(path.read_text(encoding="utf-8"), str(path), "exec")
+        except SyntaxError as error:
+            pytest.fail(f"the break {brk.name} leaves {path.name} uncompilable: {error}")
         result = run_tests(project, brk.caught_by)
     finally:
         path.write_text(original, encoding="utf-8")

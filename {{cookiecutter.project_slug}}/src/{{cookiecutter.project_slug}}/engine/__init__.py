@@ -12,6 +12,9 @@ need to edit it; task.py, config.py and train.py are where a project changes.
     environment.py  what a run records of the machine and software
     files.py        atomic writes;  cli.py: one-line errors of every command
     launch.py       starting the train command in a fresh process
+    endings.py      how a run ends early: the line it prints and its exit status
+    world_sizes.py  the history of world sizes of a run resumed on another number of processes
+    statistics.py   means and 95 % intervals across seeds
     device.py, distributed.py, precision.py, signals.py, tracking.py
     startup.py      what the train process needs set before torch loads (hash seed, CPU kernel pins)
 """

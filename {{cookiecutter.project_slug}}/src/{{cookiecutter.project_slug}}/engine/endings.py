@@ -1,0 +1,83 @@
+"""How a run ends early, in one line and an exit status: stopped (a signal, --stop-after-steps) or
+failed (an error in the task's code, with its traceback kept in the run folder's error.log).
+
+train.py calls these where the run ends; they say where it ended and how to continue.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+from . import distributed
+from .cli import prog
+from .plan import Plan
+from .precision import compile_failure
+from .repro import explain_nondeterministic_error
+from .run_folder import clear_run_files, write_error_log
+
+
+def stopped(plan: Plan, signum: int | None, step: int, checkpoint: Path | None) -> int:
+    """Says where the run stopped and how to continue; the exit status (128 + signal number)."""
+    again = resume_command(plan)
+    if signum is None and step == plan.stop_after_steps:
+        if distributed.rank() == 0:
+            print(f"stopped after step {step} as asked, checkpoint {checkpoint}; continue with: {again}")
+        return 0
+    signum = signum or signal.SIGTERM  # a rank told by another rank
+    if distributed.rank() == 0:
+        print(f"{signal.Signals(signum).name}: stopped after step {step}, checkpoint {checkpoint}; "
+              f"continue with: {again}", file=sys.stderr)
+    return 128 + signum
+
+
+def checkpoint_after_failure(checkpoint, new_steps: bool, config) -> Path | None:
+    """A checkpoint of the last completed step, if steps were taken since the last one and it can
+    still be written (under torchrun, a rank that failed may have left the others unable to).
+    Under FSDP every rank writes its shards together with the others, which a failed rank has left
+    waiting in another collective: the newest checkpoint stands."""
+    if not new_steps or (config.parallel == "fsdp" and config.world_size > 1):
+        return None
+    try:
+        return checkpoint()
+    except Exception:  # the failure itself may prevent it; the newest earlier checkpoint stands
+        return None
+
+
+def failed(plan: Plan, error: BaseException, step: int, checkpoint: Path | None) -> int:
+    """One line naming what failed and where; the traceback into the run folder's error.log. A run
+    that had not taken a step leaves nothing a plain rerun would refuse to replace."""
+    explanation = explain_nondeterministic_error(error, plan.device.type)  # strict mode refused an op
+    compile_problem = compile_failure(error)
+    what = explanation or compile_problem or describe_error(error)
+    if step == 0 and plan.resume_from is None and distributed.rank() == 0 and plan.out.is_dir():
+        clear_run_files(plan.out)  # nothing of value yet
+    log = write_error_log(plan.out, error) if distributed.rank() == 0 and plan.out.is_dir() else None
+    where = f"stopped at step {step}" if step else "failed before its first step"
+    kept = (f"checkpoint {checkpoint}; once fixed, continue with: {resume_command(plan)}" if checkpoint
+            else "nothing to resume; once fixed, run the same command again" if not step and not plan.resume_from
+            else f"its newest checkpoint stands; once fixed, continue with: {resume_command(plan)}")
+    print(f"{prog('train')}: error: {where}: {what}" + (f"; traceback in {log}" if log else "") + f"; {kept}",
+          file=sys.stderr)
+    return 2 if compile_problem else 1
+
+
+def describe_error(error: BaseException) -> str:
+    """What failed, in a few words: the sample and its error for a dataset (in a loader worker too),
+    else the error and the innermost line of code it came from."""
+    text = str(error).strip()
+    if "SampleError" in type(error).__name__ or "SampleError: " in text:
+        sample = text.rsplit("SampleError: ", 1)[-1].splitlines()[0]
+        return f"the dataset failed on {sample}"
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    where = f" (in {Path(frame.tb_frame.f_code.co_filename).name}, line {frame.tb_lineno})" if frame else ""
+    return f"{type(error).__name__}: {(text.splitlines() or [''])[0][:300]}{where}"
+
+
+def resume_command(plan: Plan) -> str:
+    if plan.config.world_size == 1 and plan.config.parallel != "fsdp":
+        return f"{prog('train')} --out {plan.out} --resume"
+    return "the same torchrun command plus --resume"
