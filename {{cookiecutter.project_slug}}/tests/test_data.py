@@ -12,6 +12,7 @@ import torch
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
 from {{ cookiecutter.project_slug }}.engine.loader import EpochSampler, KeyedRandomness, make_loader
+from {{ cookiecutter.project_slug }}.engine.repro import Stream
 from {{ cookiecutter.project_slug }}.train import first
 
 from conftest import BATCH, SAMPLES, DrawsFrom
@@ -144,8 +145,10 @@ def test_a_dataset_error_names_the_sample_and_the_original_error():
         def __getitem__(self, index):
             raise ValueError(f"no file for {index}")
 
-    with pytest.raises(SampleError, match=r"sample 3 \(epoch 2\): ValueError: no file for 3"):
-        KeyedRandomness(Broken(), seed=SEED, stream=0)[(1, 3)]
+    with pytest.raises(SampleError, match=r"^sample 3 \(epoch 2\): ValueError: no file for 3"):
+        KeyedRandomness(Broken(), seed=SEED, stream=Stream.TRAIN_SAMPLE)[(1, 3)]
+    with pytest.raises(SampleError, match=r"^validation sample 3: ValueError: no file for 3"):
+        KeyedRandomness(Broken(), seed=SEED, stream=Stream.VAL_SAMPLE)[(0, 3)]
 
 
 def test_validation_keeps_the_datasets_order_and_every_sample_once():

@@ -171,6 +171,17 @@ def test_resuming_in_another_environment_warns_and_names_what_changed(interrupte
     assert "warning: resuming in another environment (torch: '1.0.0' ->" in err
 
 
+def test_a_resume_from_the_checkpoint_after_the_last_epoch_says_so_and_writes_the_same_result(
+        interrupted, runs, tmp_path, capsys):
+    run, _ = interrupted[1]["sigterm"]
+    copy = shutil.copytree(run.path, tmp_path / "copy")
+    (copy / "summary.json").unlink()  # as if killed between the last checkpoint and the result
+    assert main(["--out", str(copy), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "(after the last epoch, step " in out and "train_loss" not in out  # no epoch left to train
+    assert read_run(copy).weights == runs["seed7"].weights
+
+
 def test_resume_where_no_checkpoint_is_intact_is_refused(interrupted, tmp_path, capsys):
     run, _ = interrupted[1]["sigterm"]
     copy = shutil.copytree(run.path, tmp_path / "copy")

@@ -46,7 +46,8 @@ def test_bad_seed_lists_are_refused_with_one_line_before_anything_runs(text, rea
                                            (("--seed", "3"), "--seed is set by the study"),
                                            (("--resume",), "--resume is set by the study"),
                                            (("--prefetch-factor", "2"), "need --num-workers above 0"),
-                                           (("--colour", "red"), "unrecognized arguments: --colour")])
+                                           (("--colour", "red"), "unrecognized arguments: --colour"),
+                                           (("--parallel", "fsdp"), "--parallel fsdp needs torchrun")])
 def test_a_training_flag_that_train_would_refuse_is_refused_before_anything_runs(flags, reason, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         study.main(["--seeds", "0-1", "--out", str(tmp_path / "s"), *flags])

@@ -274,6 +274,9 @@ def train_seeds(args, seeds: list[int], flags: list[str]) -> tuple[dict, float |
     config = Config(**training_settings(flags))
     if config.problem():
         refuse(config.problem())
+    if config.parallel == "fsdp":  # train would refuse it in every run; say so once, before any starts
+        refuse("--parallel fsdp needs torchrun, and the study starts each seed as one plain process: leave it out, "
+               "or train each seed under torchrun (README: Several GPUs and nodes)")
     shared = {key: value for key, value in config.to_dict().items() if key != "seed"}
     recorded = check_study_folder(args.out, shared)
     try:

@@ -212,8 +212,9 @@ def open_run_folder(plan: Plan, log: MetricsLog, is_main: bool) -> None:
         write_json(plan.out / "config.json", {**plan.config.to_dict(), "world_size": plan.started_with})
         say(f"note: {plan.out}/config.json did not record {', '.join(plan.settings_added)} (the run is older than "
             "these settings): their defaults are taken and recorded")
-    print(f"resuming from {plan.resume_path} (epoch {plan.resume_from['epoch'] + 1}, "
-          f"step {plan.resume_from['step']})", flush=True)
+    epoch = plan.resume_from["epoch"]  # the epoch it goes on with; past the last one: only the result is left
+    where = f"epoch {epoch + 1}" if epoch < plan.config.epochs else "after the last epoch"
+    print(f"resuming from {plan.resume_path} ({where}, step {plan.resume_from['step']})", flush=True)
     write_world_sizes(plan.out, list(plan.world_sizes))
     changed = environment_changes(plan.out, environment)
     if plan.world_sizes:  # said here, and recorded in world_sizes.json
@@ -239,8 +240,9 @@ def prepare_for_training(model: nn.Module, config: Config, device: torch.device)
 def report_epoch(state: TrainingState, config: Config, losses: list[float], figures: dict | None) -> None:
     if distributed.rank() != 0:
         return
-    mean = sum(losses) / max(len(losses), 1)
-    line = f"epoch {state.epoch + 1}/{config.epochs}  step {state.step}  train_loss {mean:.4f}"
+    line = f"epoch {state.epoch + 1}/{config.epochs}  step {state.step}"
+    if losses:  # none when the run resumed at the epoch's end, before its evaluation
+        line += f"  train_loss {sum(losses) / len(losses):.4f}"
     for name, value in (figures or {}).items():
         line += f"  val_{name} {value:.4f}"
     print(line, flush=True)

@@ -113,6 +113,7 @@ class KeyedRandomness(Dataset):
     def __init__(self, dataset: Dataset, seed: int, stream: int) -> None:
         self.dataset, self.base = dataset, derive_seed(seed, stream)
         self.draws = declared_draws(dataset)
+        self.validation = stream == Stream.VAL_SAMPLE  # for the error message: which set the sample is from
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -127,7 +128,8 @@ class KeyedRandomness(Dataset):
             try:
                 samples.append(dataset[index])
             except Exception as error:
-                raise SampleError(f"sample {index} (epoch {epoch + 1}): {type(error).__name__}: {error}") from error
+                where = f"validation sample {index}" if self.validation else f"sample {index} (epoch {epoch + 1})"
+                raise SampleError(f"{where}: {type(error).__name__}: {error}") from error
         return samples
 
 
