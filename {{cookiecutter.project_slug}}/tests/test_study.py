@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -67,6 +68,30 @@ def test_another_result_setting_for_an_existing_study_is_refused(tmp_path, capsy
         study.main(["--seeds", "0", "--out", str(folder), "--lr", str(lr)])
     assert exit_info.value.code == 2
     assert f"lr: {study.Config().lr} -> {lr}" in capsys.readouterr().err
+
+
+def test_summarise_refuses_seed_folders_that_are_not_one_study(runs, tmp_path, capsys):
+    """The summary's negative controls: it exists to summarise runs that differ in the seed alone,
+    so a run with another setting, or a run filed under another seed's folder, is refused."""
+    def study_folder(name: str, seed_7: str, seed_8: str) -> Path:
+        for seed, run in (("7", seed_7), ("8", seed_8)):
+            shutil.copytree(runs[run].path, tmp_path / name / f"seed-{seed}")
+        return tmp_path / name
+
+    def refused(folder: Path) -> str:
+        with pytest.raises(SystemExit) as exit_info:
+            study.main(["--seeds", "7,8", "--out", str(folder), "--summarise"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert exit_info.value.code == 2 and len(err) == 1
+        return err[0]
+
+    assert study.main(["--seeds", "7,8", "--out", str(study_folder("honest", "seed7", "seed8")), "--summarise"]) == 0
+    capsys.readouterr()
+    assert "seed-8 holds the run of seed 7, not 8" in refused(study_folder("misfiled", "seed7", "seed7_again"))
+    other = study_folder("other_lr", "seed7", "seed8")
+    config = json.loads((other / "seed-8" / "config.json").read_text())
+    (other / "seed-8" / "config.json").write_text(json.dumps({**config, "lr": config["lr"] * 2}))
+    assert re.search(r"the runs of seeds 7 and 8 differ in more than the seed: .*\blr\b", refused(other))
 
 
 @pytest.mark.parametrize("out", ["/proc/study", "/sys/study"])
