@@ -3,6 +3,7 @@
     python scripts/breaks.py patches          # rewrites every exercise's break.patch from breaks/exercises.toml
     python scripts/breaks.py patches --check  # exit 1, naming them, if a committed patch is not the one it gives
     python scripts/breaks.py kill-ratio       # each mutation against whole tiers of the generated suite
+    python scripts/breaks.py kill-ratio --only NAME,NAME   # those again (new ones), the rest kept
 
 A break replaces one piece of text inside one function (or method, `Class.method`) of one file of
 the package: the text must be there exactly once, so that a change to the code that moves or
@@ -150,15 +151,34 @@ def killed_by(project: Path, brk: Break, tier: list[str]) -> bool:
     return result.returncode != 0
 
 
-def kill_ratio(output: Path) -> int:
-    """Every mutation against the plain tier, and the survivors against the other two; a JSON
-    record of who caught what, and the ratios, into `output`."""
+def kill_ratio(output: Path, only: list[str]) -> int:
+    """Every mutation (or those named in `only`, the others kept from `output`) against the plain
+    tier, and the survivors against the other two; a JSON record of who caught what, and the
+    ratios, into `output`. The unbroken project must pass the plain tier first: else every break
+    would count as caught."""
     mutations = load("mutations")
+    names = [brk.name for brk in mutations]
+    unknown = sorted(set(only) - set(names))
+    if unknown:
+        print(f"error: no such break in breaks/mutations.toml: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    earlier = json.loads(output.read_text(encoding="utf-8"))["caught"] if only and output.exists() else {}
     record = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "command": "python scripts/breaks.py kill-ratio", "caught": {}}
     with tempfile.TemporaryDirectory() as scratch:
         project = bake(Path(scratch))
+        unbroken = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"],
+                                  cwd=project, capture_output=True, text=True, timeout=3600)
+        if unbroken.returncode != 0:
+            print(f"error: the unbroken project fails its plain tier:\n{unbroken.stdout[-3000:]}", file=sys.stderr)
+            return 1
         for brk in mutations:
+            if only and brk.name not in only:
+                if brk.name not in earlier:
+                    print(f"error: {output} has no result for {brk.name}; run it too", file=sys.stderr)
+                    return 2
+                record["caught"][brk.name] = earlier[brk.name]
+                continue
             caught = next((name for name, tier in TIERS.items() if killed_by(project, brk, tier)), None)
             record["caught"][brk.name] = caught
             print(f"{brk.name}: {caught or 'SURVIVED'}", flush=True)
@@ -175,8 +195,12 @@ def main() -> int:
     parser.add_argument("command", choices=["patches", "kill-ratio"])
     parser.add_argument("--check", action="store_true", help="patches: only compare; change nothing")
     parser.add_argument("--out", type=Path, default=BREAKS / "kill-ratio.json", help="kill-ratio: the record")
+    parser.add_argument("--only", default="", help="kill-ratio: these breaks (comma-separated) run again, the "
+                        "others' results kept from --out")
     args = parser.parse_args()
-    return patches(args.check) if args.command == "patches" else kill_ratio(args.out)
+    if args.command == "patches":
+        return patches(args.check)
+    return kill_ratio(args.out, [name for name in args.only.split(",") if name])
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ tiers' kill ratio is measured by `python scripts/breaks.py kill-ratio` (README: 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 from conftest import ROOT, load
@@ -30,6 +32,16 @@ def project(cookies_session):
     assert result.exit_code == 0, result.exception
     make_committed_repository(result.project_path)
     return result.project_path
+
+
+def test_each_break_is_caught_by_a_test_that_plain_pytest_runs(project):
+    """What makes a break's failure here count for the plain tier: its test is not one that
+    `pytest` leaves out (slow, distributed, GPU only)."""
+    wanted = sorted({brk.caught_by for brk in MUTATIONS})
+    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                             *wanted], cwd=project, capture_output=True, text=True, timeout=300)
+    collected = [line for line in result.stdout.splitlines() if "::" in line]
+    assert [test for test in wanted if not any(line.split("[")[0] == test for line in collected)] == []
 
 
 @pytest.mark.parametrize("brk", MUTATIONS, ids=[brk.name for brk in MUTATIONS])
