@@ -18,9 +18,6 @@ COPIER_ANSWERS_TEMPLATE = "{{cookiecutter.__answers}}"
 COOKIECUTTER_JSON = json.loads((ROOT / "cookiecutter.json").read_text(encoding="utf-8"))
 # The name that every quoting bug trips over: both quote kinds, a backslash, and Chinese.
 AWKWARD_NAME = 'O\'Brien "Quoted" 项目 back\\slash'
-# The generated suite's plain `pytest` time for each named combination that ran in this session
-# (test_bake.py fills it; test_tasks.py compares the README's tasks with the example's).
-SUITE_SECONDS: dict[str, float] = {}
 IDENTITY = {"GIT_AUTHOR_NAME": "Ada Test", "GIT_AUTHOR_EMAIL": "ada@example.org",
             "GIT_COMMITTER_NAME": "Ada Test", "GIT_COMMITTER_EMAIL": "ada@example.org"}
 

@@ -11,7 +11,6 @@ import py_compile
 import site
 import subprocess
 import sys
-import time
 import venv
 from pathlib import Path
 
@@ -24,7 +23,7 @@ try:  # Python 3.11+
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from conftest import AWKWARD_NAME, COOKIECUTTER_JSON, COPIER_ANSWERS_TEMPLATE, SUITE_SECONDS, TEMPLATE_DIR, post_gen
+from conftest import AWKWARD_NAME, COOKIECUTTER_JSON, COPIER_ANSWERS_TEMPLATE, TEMPLATE_DIR, post_gen
 
 COMBINATIONS = {
     "defaults": {},
@@ -237,9 +236,7 @@ def run_generated_suite(project: Path, *selection: str) -> subprocess.CompletedP
 
 @pytest.mark.slow
 def test_the_generated_test_suite_passes(baked):
-    started = time.perf_counter()
     run_generated_suite(baked.project_path)
-    SUITE_SECONDS[baked.combination] = time.perf_counter() - started
 
 
 @pytest.mark.slow

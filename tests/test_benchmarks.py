@@ -72,9 +72,9 @@ def test_gpu_py_without_a_gpu_says_so_in_one_line_and_exits_2():
 
 def test_the_readme_quotes_the_committed_results():
     """Every ratio in the README's benchmark tables, the per-sample profile and the run's date are
-    those of benchmarks/results.json (the portable rows: results-portable.json): a new run cannot
-    be committed with the old figures left in the README, nor a figure be written there that no
-    run measured."""
+    those of benchmarks/results.json (the portable rows: results-portable.json; the tasks' rows:
+    results-tasks.json): a new run cannot be committed with the old figures left in the README,
+    nor a figure be written there that no run measured."""
     results = json.loads((ROOT / "benchmarks" / "results.json").read_text(encoding="utf-8"))
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("## What reproducibility costs (benchmarks)")[1].split("\n## ")[0]
@@ -84,6 +84,8 @@ def test_the_readme_quotes_the_committed_results():
     portable = json.loads((ROOT / "benchmarks" / "results-portable.json").read_text(encoding="utf-8"))
     measured = {name: f"{results[name]:.2f}" for name in ratios if name in results}
     measured |= {name: f"{portable[name]['ratio']:.2f}" for name in ratios if name in portable}
+    tasks = json.loads((ROOT / "benchmarks" / "results-tasks.json").read_text(encoding="utf-8"))
+    measured |= {name: f"{tasks[name]:.2f}" for name in ratios if name in tasks}
     assert ratios == measured
     profile = results["keyed_randomness_us_per_sample"]
     parts = " + ".join(f"{profile[name]:.1f}" for name in ("plus_key", "plus_random", "plus_numpy", "plus_torch"))
