@@ -61,13 +61,13 @@ def test_the_loop_reads_the_metrics_back_once_every_n_steps_not_once_a_step(tmp_
 
 def test_every_micro_batch_and_step_draws_from_its_own_key(monkeypatch):
     """What the model draws (dropout) is seeded before each micro-batch from (seed, step,
-    micro-batch, rank): no two micro-batches, of one step or of two, draw the same numbers, and
-    a second pass over the same steps draws the same ones again."""
+    micro-batch, rank): no two micro-batches, of one step or of two, of one epoch or of two, draw
+    the same numbers, and a second pass over the same steps draws the same ones again."""
     cpu = torch.device("cpu")
     config = Config(seed=3, batch_size=BATCH, accumulate=2, max_samples=4 * BATCH)
     train_set, val_set = task.make_datasets(config)
 
-    def draws_of_two_steps(between: int) -> list[float]:
+    def draws_of_two_epochs(between: int) -> list[float]:
         torch.manual_seed(3)
         model = task.make_model(config, train_set)
         forward, drawn = model.forward, []
@@ -80,13 +80,15 @@ def test_every_micro_batch_and_step_draws_from_its_own_key(monkeypatch):
         loader, _ = make_loaders(first(train_set, config.max_samples), first(val_set, 16), config)
         optimizer, scheduler = make_optimizer(model, config, steps=1000)
         state = TrainingState(model, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False))
-        for _ in zip(range(2), training_steps(model, loader, state, config, task, cpu), strict=False):
-            torch.rand(between)  # whatever runs between steps (the loader, an evaluation) draws too
+        for _ in range(2):
+            for _ in training_steps(model, loader, state, config, task, cpu):
+                torch.rand(between)  # whatever runs between steps (the loader, an evaluation) draws too
+            state.epoch, state.epoch_step = state.epoch + 1, 0  # as train.py moves to the next epoch
         return drawn
 
-    first_pass = draws_of_two_steps(between=5)
-    assert len(first_pass) == 4 and len(set(first_pass)) == 4  # 2 steps x 2 micro-batches, all different
-    assert draws_of_two_steps(between=7) == first_pass  # other draws between the steps change nothing
+    first_pass = draws_of_two_epochs(between=5)
+    assert len(first_pass) == 16 and len(set(first_pass)) == 16  # 2 epochs x 4 steps x 2 micro-batches
+    assert draws_of_two_epochs(between=7) == first_pass  # other draws between the steps change nothing
 
 
 def test_a_step_of_accumulated_micro_batches_is_the_step_a_plain_loop_takes_on_the_whole_batch():

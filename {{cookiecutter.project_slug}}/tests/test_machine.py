@@ -10,6 +10,8 @@ not start pinned is refused, and each run records what decides its CPU bits.
 from __future__ import annotations
 
 import json
+import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +26,8 @@ from {{ cookiecutter.project_slug }}.engine.startup import linux_cpu, portable_p
 from {{ cookiecutter.project_slug }}.train import main
 
 from conftest import FAST, PACKAGE, python_env, train_many
+
+OTHER_MACHINE = "riscv64" if platform.machine() == "aarch64" else "aarch64"  # an architecture this is not
 
 # The pins the portable mode sets, written out here rather than read from the code's own table, so
 # that a wrong value in the code fails (each value found by experiment on an AVX-512 machine).
@@ -124,7 +128,7 @@ def test_verify_explains_each_recorded_entry_that_differs_from_this_machine(runs
 
 
 @pytest.mark.parametrize("entries, needs", [
-    (dict(machine="aarch64"), "verify it on aarch64"),
+    (dict(machine=OTHER_MACHINE), f"verify it on {OTHER_MACHINE}"),
     (dict(device="cuda:0", device_name="NVIDIA H100"), "needs that kind of device"),
 ])
 def test_verify_refuses_a_run_from_an_incompatible_machine_with_one_line(runs, tmp_path, capsys, entries, needs):
@@ -138,6 +142,14 @@ def test_verify_refuses_a_run_from_an_incompatible_machine_with_one_line(runs, t
     captured = capsys.readouterr()
     assert len(captured.err.strip().splitlines()) == 1 and needs in captured.err and not captured.out
     assert {path: path.read_bytes() for path in edited.path.rglob("*") if path.is_file()} == before
+
+
+def test_doctor_on_a_run_from_an_incompatible_machine_says_so_and_fails(runs, tmp_path, capsys):
+    """doctor RUN's negative control: a run recorded on another architecture is a problem, exit 1."""
+    edited = edited_copy(runs["seed7"], tmp_path, machine=OTHER_MACHINE)
+    assert doctor.main([str(edited.path), "--quick"]) == 1
+    out = capsys.readouterr().out
+    assert re.search(rf"^problem: .*{OTHER_MACHINE}", out, re.MULTILINE) and "VERDICT: 1 problem(s)" in out
 
 
 def test_compare_explains_the_environment_differences(runs, tmp_path, capsys):

@@ -176,6 +176,22 @@ def test_weights_hash_sees_one_bit_a_name_and_a_dtype():
     assert state_dict_sha256({"w": torch.tensor([1.0, 2.0]).view(torch.int32)}) != reference  # same bytes, other dtype
 
 
+def test_weights_hash_covers_every_entry_of_the_models_state_dict_integer_buffers_included():
+    """The task's model, plus an integer counter of the kind BatchNorm keeps (num_batches_tracked),
+    so that the test has one whatever the model: changing any single entry changes the hash."""
+    from {{ cookiecutter.project_slug }} import task
+    from {{ cookiecutter.project_slug }}.config import Config
+
+    config = Config(max_samples=64)
+    model = task.make_model(config, task.make_datasets(config)[0])
+    weights = {**model.state_dict(), "counter": torch.tensor(3)}
+    reference = state_dict_sha256(weights)
+    for name, tensor in weights.items():
+        changed = tensor.detach().clone()
+        changed.view(-1)[0] = ~changed.view(-1)[0] if changed.dtype == torch.bool else changed.view(-1)[0] + 1
+        assert state_dict_sha256({**weights, name: changed}) != reference, name
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: runs on GPU machines only")
 def test_on_cuda_strict_gives_bitwise_identical_gradients_twice():
     from {{ cookiecutter.project_slug }} import task

@@ -113,6 +113,17 @@ def test_compare_says_identical_only_when_nothing_that_matters_differs(runs, tmp
     assert "lr: " in out and "first divergence: none" in out and "DIFFERENT" in out
 
 
+def test_compare_says_different_when_only_the_world_size_history_differs(runs, tmp_path, capsys):
+    """A copy that claims it went on with two processes from step 4: equal rows and weights, still
+    not the run that never changed (world_sizes.json)."""
+    copy = shutil.copytree(runs["seed7"].path, tmp_path / "copy")
+    (copy / "world_sizes.json").write_text(json.dumps({"world_sizes": [
+        {"step": 0, "world_size": 1}, {"step": 4, "epoch": 0, "epoch_step": 4, "world_size": 2}]}))
+    assert compare.main([str(runs["seed7"].path), str(copy)]) == 1
+    out = capsys.readouterr().out
+    assert "then 2 from step 4" in out and out.strip().endswith("DIFFERENT")
+
+
 def test_compare_finds_identical_runs_identical(runs, capsys):
     assert compare.main([str(runs["seed7"].path), str(runs["seed7_again"].path)]) == 0
     assert "IDENTICAL" in capsys.readouterr().out
@@ -176,11 +187,18 @@ def bad_run_folders(tmp_path, good):
     (bad_config / "config.json").write_text("{not json")
     bad_metrics = shutil.copytree(good, tmp_path / "bad_metrics")
     (bad_metrics / "metrics.csv").write_text("epoch,step,split,loss\n0,1,train,oops\n")
+    no_hash = shutil.copytree(good, tmp_path / "no_hash")
+    summary = json.loads((no_hash / "summary.json").read_text())
+    (no_hash / "summary.json").write_text(json.dumps({k: v for k, v in summary.items() if k != "weights_sha256"}))
+    bad_history = shutil.copytree(good, tmp_path / "bad_history")
+    (bad_history / "world_sizes.json").write_text(json.dumps({"world_sizes": 3}))
     return {
         "missing folder": (tmp_path / "missing", "does not exist"),
         "no run in it": (empty, "holds no run"),
         "corrupt config.json": (bad_config, "config.json is corrupt"),
         "corrupt metrics.csv": (bad_metrics, "metrics.csv is corrupt (line 2"),
+        "summary without its hash": (no_hash, "summary.json is corrupt (no weights_sha256)"),
+        "corrupt world_sizes.json": (bad_history, "world_sizes.json is corrupt"),
     }
 
 
