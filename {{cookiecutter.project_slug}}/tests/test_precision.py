@@ -2,7 +2,8 @@
 
 The runs here are marked `slow` (compiling takes about a minute a process on two cores) and are
 left out of a plain `pytest`; run them with `pytest -m slow`, as the CI workflow does. The
-refusals at the end are fast and always run.
+in-process checks at the end (each precision's dtype, the loss scale through a checkpoint, the
+refusals) are fast and always run, so that the plain tier sees each of these paths too.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import signal
 import pytest
 import torch
 
+from {{ cookiecutter.project_slug }}.engine.checkpoint import TrainingState
+from {{ cookiecutter.project_slug }}.engine.precision import autocast, make_scaler
 from {{ cookiecutter.project_slug }}.train import main
 
 from conftest import FAST, once, read_run, start_held_at, start_module, steps_per_epoch, value_of, wait_until
@@ -153,3 +156,27 @@ def test_compile_without_a_cpp_compiler_gets_one_line_and_exit_2(tmp_path, capsy
     line = refused(["--out", str(tmp_path / "run"), "--device", "cpu", "--compile"], capsys)
     assert "--compile on the CPU needs a C++ compiler" in line
     assert not (tmp_path / "run" / "config.json").exists()
+
+
+@pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
+def test_each_precision_computes_in_its_own_dtype(precision, dtype):
+    """The dtype written out, not read from the code's table: fp16 that ran as bf16 would fail."""
+    with autocast(precision, torch.device("cpu")):
+        product = torch.ones(4, 4) @ torch.ones(4, 4)
+    assert product.dtype == dtype
+
+
+def test_the_fp16_loss_scale_goes_through_a_checkpoint():
+    """A resumed fp16 run takes up the loss scale where it was: not the initial 65536 again."""
+    def state() -> TrainingState:
+        model = torch.nn.Linear(2, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        return TrainingState(model, optimizer, scheduler, make_scaler("fp16", torch.device("cpu")))
+
+    saved = state()
+    saved.scaler.scale(torch.ones(()))  # the scaler makes its scale on first use
+    saved.scaler.update(new_scale=1024.0)  # as after a few overflows
+    resumed = state()
+    resumed.load_checkpoint(saved.to_checkpoint({}, 0.0))
+    assert resumed.scaler.get_scale() == 1024.0
