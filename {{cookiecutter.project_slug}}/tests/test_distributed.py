@@ -8,8 +8,15 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from dataclasses import replace
 
 import pytest
+import torch
+
+from {{ cookiecutter.project_slug }} import task
+from {{ cookiecutter.project_slug }}.config import Config
+from {{ cookiecutter.project_slug }}.engine.loop import evaluate
+from {{ cookiecutter.project_slug }}.train import first, make_loaders
 
 from conftest import (
     FAST,
@@ -77,6 +84,20 @@ def test_only_rank_0_writes_and_prints(ddp_runs):
     assert lines[0] == ",".join(["epoch", "step", "split", *run.metric_names]) and lines.count(lines[0]) == 1
     steps = [int(line.split(",")[1]) for line in lines[1:] if ",train," in line]
     assert steps == list(range(1, len(steps) + 1))  # one row per step, in order, none interleaved
+
+
+def test_a_torchrun_runs_validation_figures_are_its_final_models_on_the_whole_validation_set(ddp_runs):
+    """Evaluated again here, in one process, over every validation sample, model.pt gives the
+    figures the two ranks recorded together (each rank evaluated its share; the sums were added
+    across ranks): neither half of the set alone. To rounding, as the sums add in another order."""
+    run, _ = ddp_runs["seed7"]
+    config = replace(Config.from_dict(run.config)[0], world_size=1)
+    train_set, val_set = task.make_datasets(config)
+    model = task.make_model(config, train_set)
+    model.load_state_dict(torch.load(run.path / "model.pt", weights_only=True))
+    _, val_loader = make_loaders(first(train_set, config.max_samples), first(val_set, config.max_samples), config)
+    figures = evaluate(model, val_loader, task, torch.device("cpu"), config.precision)
+    assert figures == pytest.approx({name: run.summary[f"val_{name}"] for name in figures}, rel=1e-5)
 
 
 def test_a_different_world_size_is_a_different_run(ddp_runs):
