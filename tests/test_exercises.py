@@ -14,6 +14,7 @@ run passed, so the named test passes again without a run of its own.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -228,3 +229,20 @@ def test_a_break_patch_makes_its_named_test_fail_and_comes_off_again(exercise, p
     if broken is None:
         pytest.skip(f"{exercise}: the patch applies and comes off cleanly, but {named} is not run with it: its "
                     f"README says '{GPU_ONLY}' (what it breaks, a CPU does not run)")
+
+
+def test_the_readme_quotes_the_committed_kill_ratio_of_the_mutation_suite_as_it_is():
+    """breaks/kill-ratio.json holds a result for each break of breaks/mutations.toml, in its order
+    (a new break needs `python scripts/breaks.py kill-ratio --only NAME`), and the template README
+    quotes its ratios and date."""
+    record = json.loads((ROOT / "breaks" / "kill-ratio.json").read_text(encoding="utf-8"))
+    assert list(record["caught"]) == [brk.name for brk in breaks.load("mutations")]
+    caught = list(record["caught"].values())
+    assert record["plain"] == f"{caught.count('plain')}/{len(caught)}"
+    assert record["all_tiers"] == f"{sum(tier is not None for tier in caught)}/{len(caught)}"
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("### The mutation suite")[1].split("\n## ")[0]
+    text = " ".join(section.split())
+    plain, total = record["plain"].split("/")
+    assert f"**{plain} of {total}** caught by plain `pytest`" in text
+    assert f"**{record['all_tiers'].split('/')[0]} of {total}** by all tiers" in text
+    assert f"run on {record['date']}" in text
