@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from ..config import Config
 from . import distributed
 from .cli import prog
 from .plan import Plan
@@ -32,7 +34,7 @@ def stopped(plan: Plan, signum: int | None, step: int, checkpoint: Path | None) 
     return 128 + signum
 
 
-def checkpoint_after_failure(checkpoint, new_steps: bool, config) -> Path | None:
+def checkpoint_after_failure(checkpoint: Callable[[], Path | None], new_steps: bool, config: Config) -> Path | None:
     """A checkpoint of the last completed step, if steps were taken since the last one and it can
     still be written (under torchrun, a rank that failed may have left the others unable to).
     Under FSDP every rank writes its shards together with the others, which a failed rank has left
