@@ -1,6 +1,6 @@
 """What reproducibility costs, measured side by side on the CPU.
 
-    python benchmarks/run.py                 # about 5 minutes; writes benchmarks/results.json
+    python benchmarks/run.py                 # about 6 minutes (two idle cores); writes benchmarks/results.json
     python benchmarks/run.py --quick         # fewer steps and repeats (about 3 minutes)
     python benchmarks/run.py --smoke --json /tmp/smoke.json   # every part once, tiny (seconds): a test of the script
 

@@ -92,3 +92,27 @@ def test_the_readme_quotes_the_committed_results():
     assert rows["keyed_randomness_us_per_sample"].startswith(f"{profile['getitem']:.1f} µs + {parts}; "
                                                              f"all three {profile['plus_all_three']:.1f}")
     assert f"run on {results['machine']['date'][:10]}" in " ".join(section.split())
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_the_generated_readmes_quote_the_committed_results_for_the_cost_of_keyed_randomness(language):
+    """The knob table of each generated README says what seeding before every sample and every
+    micro-batch costs; those figures are results.json's, so a new run cannot leave old ones there."""
+    results = json.loads((ROOT / "benchmarks" / "results.json").read_text(encoding="utf-8"))
+    profile = results["keyed_randomness_us_per_sample"]
+    slow = sorted(round(100 * (1 - results[f"slow_loader_vs_plain_{n}_workers"])) for n in (0, 2))
+    expected = {f"{profile['plus_all_three']:.0f}", f"{profile['plus_random']:.1f}", f"{profile['plus_torch']:.1f}",
+                f"{results['loader_vs_plain_0_workers']:.2f}", f"{results['loop_vs_plain']:.2f}",
+                results["machine"]["date"][:10], str(results["machine"]["cpus"]), "200", *map(str, slow)}
+    readme = next((ROOT / "{{cookiecutter.project_slug}}").glob(f"*language == '{language}'*README.md*"))
+    rows = [line for line in readme.read_text(encoding="utf-8").splitlines()
+            if line.startswith("|") and " µs" in line
+            and ("`engine/loader.py: KeyedRandomness`" in line or "keyed_randomness" in line)]
+    assert len(rows) == 2, rows
+    loop_row, loader_row = rows
+    figures = set(re.findall(r"\d+(?:[.\-]\d+)*", INLINE.sub(" ", loader_row)))
+    assert figures == expected, f"{readme.name}: {sorted(figures)} against results.json's {sorted(expected)}"
+    assert re.search(rf"\b{profile['plus_all_three']:.0f} µs", loop_row)
+
+
+INLINE = re.compile(r"`[^`]*`")
