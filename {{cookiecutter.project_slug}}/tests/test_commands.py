@@ -9,6 +9,7 @@ anything runs, so nothing here trains; the run folder they are given is made by 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +26,8 @@ NO_FILES = "/proc/no-files"  # a place where not even root can write a file (on 
 
 
 def make_places(root: Path) -> dict[str, Path]:
-    """A finished run folder, a file, a missing path, a corrupt run and a corrupt study, inside `root`."""
+    """A finished run folder, a file, a missing path, a corrupt run, a run whose config.json was edited
+    by hand into a value no flag takes, and a corrupt study, inside `root`."""
     run = root / "run"
     run.mkdir()
     (run / "config.json").write_text(json.dumps(Config().to_dict()))
@@ -35,12 +37,14 @@ def make_places(root: Path) -> dict[str, Path]:
     corrupt_run = root / "corrupt_run"
     corrupt_run.mkdir()
     (corrupt_run / "config.json").write_text("{not json")
+    edited_run = shutil.copytree(run, root / "edited_run")
+    (edited_run / "config.json").write_text(json.dumps({**Config().to_dict(), "lr": "fast"}))
     corrupt_study = root / "corrupt_study"
     corrupt_study.mkdir()
     (corrupt_study / "study.json").write_text("{not json")
     (root / "notes.txt").write_text("a file, not a folder\n")
     return {"run": run, "file": root / "notes.txt", "missing": root / "missing", "corrupt_run": corrupt_run,
-            "corrupt_study": corrupt_study}
+            "edited_run": edited_run, "corrupt_study": corrupt_study}
 
 
 # command -> case -> (its arguments, with {run}, {file}, {missing}, {corrupt_run}, {corrupt_study} filled
@@ -52,6 +56,8 @@ CASES = {
         "resume a missing run": (["--out", "{missing}", "--resume"], "does not exist"),
         "resume a file": (["--out", "{file}", "--resume"], "is a file, not a run folder"),
         "resume a corrupt run": (["--out", "{corrupt_run}", "--resume"], "config.json is corrupt"),
+        "resume a hand-edited run": (["--out", "{edited_run}", "--resume"],
+                                     "config.json: its lr is 'fast', which is not a number"),
     },
     "study": {
         "out where nothing can be written": (["--seeds", "0", "--out", NO_FILES], f"--out {NO_FILES}"),
@@ -79,6 +85,7 @@ CASES = {
         "a missing run": (["{missing}"], "does not exist"),
         "a file for a run": (["{file}"], "is not a folder"),
         "a corrupt run": (["{corrupt_run}"], "config.json is corrupt"),
+        "a hand-edited run": (["{edited_run}"], "config.json: its lr is 'fast', which is not a number"),
         "a study for a run": (["{corrupt_study}"], "holds no run"),
     },
     "compare": {

@@ -55,6 +55,33 @@ def test_config_json_round_trips_and_refuses_settings_this_code_does_not_know():
         Config.from_dict({**config.to_dict(), "colour": "blue"})
 
 
+@pytest.mark.parametrize("name, value, reason", [
+    ("lr", "fast", "not a number"),
+    ("lr", 0, "refused by --lr: 0 is not in (0, inf)"),
+    ("epochs", 0, "refused by --epochs: 0 is not at least 1"),
+    ("seed", 1.5, "not an integer"),
+    ("num_workers", True, "not an integer"),
+    ("compile", "yes", "not true or false"),
+    ("optimizer", "adam", "not one of sgd, adamw"),
+    ("device", "cuda:1,2", "refused by --device: 'cuda:1,2' is not one of auto, cpu, cuda, cuda:N, mps"),
+    ("dataset", 3, "not a string"),
+])
+def test_a_hand_edited_config_json_with_a_value_its_flag_would_refuse_is_refused_in_one_line(name, value, reason):
+    with pytest.raises(ValueError) as error:
+        Config.from_dict({**Config().to_dict(), name: value})
+    assert str(error.value).startswith(f"its {name} is {value!r}, which is {reason}")
+    assert "\n" not in str(error.value)
+
+
+def test_every_value_a_flag_takes_is_accepted_from_config_json():
+    """The negative control of the test above: what the command line accepts, config.json does."""
+    typed, _ = parse_command_line(["--lr", "1", "--prefetch-factor", "2", "--num-workers", "1", "--compile",
+                                   "--device", "CPU", "--optimizer", "adamw"])
+    config = Config(**typed)
+    assert Config.from_dict(config.to_dict()) == (config, [])
+    assert Config.from_dict({**Config().to_dict(), "lr": 1})[0].lr == 1  # an integer where a number goes
+
+
 def test_a_config_recorded_before_a_setting_existed_takes_its_default_and_says_which():
     old = {k: v for k, v in Config(seed=3).to_dict().items() if k not in ("clip_grad_norm", "accumulate")}
     config, added = Config.from_dict(old)

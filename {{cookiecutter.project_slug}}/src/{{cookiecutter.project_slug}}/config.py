@@ -164,13 +164,37 @@ class Config:
     @classmethod
     def from_dict(cls, data: dict) -> tuple[Config, list[str]]:
         """The config a run recorded, and the settings it did not record, which take their defaults
-        (a run made before they existed). ValueError (one line) for a setting this code lacks."""
+        (a run made before they existed). ValueError (one line) for a setting this code lacks, or a
+        value its flag would refuse: a hand-edited config.json is refused before anything runs."""
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(data.keys() - known.keys())
         if unknown:
             raise ValueError(f"it has settings that this code does not know: {', '.join(unknown)}")
+        for name, value in data.items():
+            problem = recorded_value_problem(known[name], value)
+            if problem:
+                raise ValueError(f"its {name} is {value!r}, which is {problem}")
         added = [name for name in known if name not in data]
         return cls(**data), added
+
+
+def recorded_value_problem(setting_field, value: Any) -> str | None:
+    """Why a setting's value read from a config.json is not one it can take, or None: the value
+    must have the type of the setting and pass what its flag checks (range, choices)."""
+    default, meta = setting_field.default, setting_field.metadata
+    kind = type(default) if default is not None else int  # prefetch_factor: an integer or None
+    if value is None and default is None:
+        return None
+    if isinstance(value, bool) != (kind is bool) or not isinstance(value, (int, float) if kind is float else kind):
+        return {bool: "not true or false", int: "not an integer", float: "not a number"}.get(kind, "not a string")
+    if meta["choices"] and value not in meta["choices"]:
+        return f"not one of {', '.join(meta['choices'])}"
+    if meta["parse"] is not None:
+        try:
+            meta["parse"](str(value))
+        except argparse.ArgumentTypeError as error:
+            return f"refused by {flag(setting_field.name)}: {error}"
+    return None
 
 
 def effect_of(name: str) -> str:
