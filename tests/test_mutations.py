@@ -7,9 +7,12 @@ tiers' kill ratio is measured by `python scripts/breaks.py kill-ratio` (README: 
 
 from __future__ import annotations
 
+import os
+import queue
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import ROOT, load
@@ -26,36 +29,75 @@ def test_the_mutation_suite_has_at_least_30_breaks_each_named_once_with_a_reason
     assert all(brk.why and re.fullmatch(r"tests/test_\w+\.py::test_\w+", brk.caught_by) for brk in MUTATIONS)
 
 
+# Two breaks at a time, each in its own bake, on a machine with two cores or more: a break's test
+# trains in fresh processes, mostly on one thread, so the second core would otherwise idle. The
+# tests that run (kills and signals among them) are written to pass on an oversubscribed CPU.
+COPIES = max(1, min(2, os.cpu_count() or 1))
+
+
 @pytest.fixture(scope="module")
-def project(cookies_session):
-    result = cookies_session.bake(extra_context={"init_git": False}, template=str(ROOT))
-    assert result.exit_code == 0, result.exception
-    make_committed_repository(result.project_path)
-    return result.project_path
+def projects(cookies_session) -> list:
+    baked = []
+    for _ in range(COPIES):
+        result = cookies_session.bake(extra_context={"init_git": False}, template=str(ROOT))
+        assert result.exit_code == 0, result.exception
+        make_committed_repository(result.project_path)
+        baked.append(result.project_path)
+    return baked
 
 
-def test_each_break_is_caught_by_a_test_that_plain_pytest_runs(project):
+def test_each_break_is_caught_by_a_test_that_plain_pytest_runs(projects):
     """What makes a break's failure here count for the plain tier: its test is not one that
     `pytest` leaves out (slow, distributed, GPU only)."""
     wanted = sorted({brk.caught_by for brk in MUTATIONS})
     result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                             *wanted], cwd=project, capture_output=True, text=True, timeout=300)
+                             *wanted], cwd=projects[0], capture_output=True, text=True, timeout=300)
     collected = [line for line in result.stdout.splitlines() if "::" in line]
     assert [test for test in wanted if not any(line.split("[")[0] == test for line in collected)] == []
 
 
-@pytest.mark.parametrize("brk", MUTATIONS, ids=[brk.name for brk in MUTATIONS])
-def test_each_break_of_the_mutation_suite_makes_its_test_fail(brk, project):
-    assert unchanged(project), "an earlier break left the project changed"
+def what_went_wrong(brk, project) -> str | None:
+    """Applies `brk` to `project`, runs the test named for it, undoes it: None if the test failed
+    as it must, else why the break counts as not caught."""
+    if not unchanged(project):
+        return f"an earlier break left {project} changed"
     path, original = breaks.apply(project, brk)
     try:
         try:  # a break must be caught for what it changes, not because the file no longer compiles
             compile(path.read_text(encoding="utf-8"), str(path), "exec")
         except SyntaxError as error:
-            pytest.fail(f"the break {brk.name} leaves {path.name} uncompilable: {error}")
+            return f"the break {brk.name} leaves {path.name} uncompilable: {error}"
         result = run_tests(project, brk.caught_by)
     finally:
         path.write_text(original, encoding="utf-8")
-    assert unchanged(project)
-    assert result.returncode == 1 and re.search(r"\d+ (failed|errors?)\b", result.stdout), (
-        f"{brk.caught_by} did not fail with the break {brk.name} ({brk.why}):\n{result.stdout[-3000:]}")
+    if not unchanged(project):
+        return f"undoing the break {brk.name} left {project} changed"
+    if result.returncode == 1 and re.search(r"\d+ (failed|errors?)\b", result.stdout):
+        return None
+    return f"{brk.caught_by} did not fail with the break {brk.name} ({brk.why}):\n{result.stdout[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def verdicts(projects, request) -> dict:
+    """Every break that this session selected, tried COPIES at a time: name -> what_went_wrong."""
+    selected = [item.callspec.params["brk"] for item in request.session.items
+                if getattr(item, "originalname", "") == "test_each_break_of_the_mutation_suite_makes_its_test_fail"]
+    free = queue.SimpleQueue()
+    for project in projects:
+        free.put(project)
+
+    def attempt(brk):
+        project = free.get()  # a bake no other break is using
+        try:
+            return what_went_wrong(brk, project)
+        finally:
+            free.put(project)
+
+    with ThreadPoolExecutor(max_workers=len(projects)) as pool:
+        return dict(zip([brk.name for brk in selected], pool.map(attempt, selected), strict=True))
+
+
+@pytest.mark.parametrize("brk", MUTATIONS, ids=[brk.name for brk in MUTATIONS])
+def test_each_break_of_the_mutation_suite_makes_its_test_fail(brk, verdicts):
+    problem = verdicts[brk.name]
+    assert problem is None, problem
