@@ -113,6 +113,10 @@ def test_the_generated_readmes_quote_the_committed_results_for_the_cost_of_keyed
     figures = set(re.findall(r"\d+(?:[.\-]\d+)*", INLINE.sub(" ", loader_row)))
     assert figures == expected, f"{readme.name}: {sorted(figures)} against results.json's {sorted(expected)}"
     assert re.search(rf"\b{profile['plus_all_three']:.0f} µs", loop_row)
+    [strict_row] = [line for line in readme.read_text(encoding="utf-8").splitlines()
+                    if line.startswith("| `torch.use_deterministic_algorithms(True)` | `configure_determinism`")]
+    assert set(re.findall(r"\d+(?:[.\-]\d+)*", INLINE.sub(" ", strict_row))) == {
+        f"{results['strict_vs_off']:.2f}", results["machine"]["date"][:10]}
 
 
 INLINE = re.compile(r"`[^`]*`")
