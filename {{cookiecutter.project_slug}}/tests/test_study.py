@@ -92,6 +92,9 @@ def test_summarise_refuses_seed_folders_that_are_not_one_study(runs, tmp_path, c
     config = json.loads((other / "seed-8" / "config.json").read_text())
     (other / "seed-8" / "config.json").write_text(json.dumps({**config, "lr": config["lr"] * 2}))
     assert re.search(r"the runs of seeds 7 and 8 differ in more than the seed: .*\blr\b", refused(other))
+    edited = study_folder("edited_by_hand", "seed7", "seed8")
+    (edited / "seed-8" / "config.json").write_text(json.dumps({**config, "lr": "fast"}))
+    assert f"{Path('seed-8', 'config.json')}: its lr is 'fast', which is not a number" in refused(edited)
 
 
 @pytest.mark.parametrize("out", ["/proc/study", "/sys/study"])
