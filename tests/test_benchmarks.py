@@ -14,7 +14,8 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import GENERATED_README, ROOT
+from test_readme_zh import FIGURE, INLINE_CODE
 
 # The issue-22 targets, and what the READMEs quote besides.
 RUN_RATIOS = ("loop_vs_plain", "strict_vs_off", "loader_vs_plain_0_workers", "loader_vs_plain_2_workers",
@@ -97,26 +98,23 @@ def test_the_readme_quotes_the_committed_results():
 @pytest.mark.parametrize("language", ["en", "zh"])
 def test_the_generated_readmes_quote_the_committed_results_for_the_cost_of_keyed_randomness(language):
     """The knob table of each generated README says what seeding before every sample and every
-    micro-batch costs; those figures are results.json's, so a new run cannot leave old ones there."""
+    micro-batch costs, and what strict costs; those figures are results.json's, so a new run cannot
+    leave old ones there."""
     results = json.loads((ROOT / "benchmarks" / "results.json").read_text(encoding="utf-8"))
-    profile = results["keyed_randomness_us_per_sample"]
+    profile, date = results["keyed_randomness_us_per_sample"], results["machine"]["date"][:10]
     slow = sorted(round(100 * (1 - results[f"slow_loader_vs_plain_{n}_workers"])) for n in (0, 2))
-    expected = {f"{profile['plus_all_three']:.0f}", f"{profile['plus_random']:.1f}", f"{profile['plus_torch']:.1f}",
-                f"{results['loader_vs_plain_0_workers']:.2f}", f"{results['loop_vs_plain']:.2f}",
-                results["machine"]["date"][:10], str(results["machine"]["cpus"]), "200", *map(str, slow)}
-    readme = next((ROOT / "{{cookiecutter.project_slug}}").glob(f"*language == '{language}'*README.md*"))
-    rows = [line for line in readme.read_text(encoding="utf-8").splitlines()
-            if line.startswith("|") and " µs" in line
-            and ("`engine/loader.py: KeyedRandomness`" in line or "keyed_randomness" in line)]
-    assert len(rows) == 2, rows
-    loop_row, loader_row = rows
-    figures = set(re.findall(r"\d+(?:[.\-]\d+)*", INLINE.sub(" ", loader_row)))
-    assert figures == expected, f"{readme.name}: {sorted(figures)} against results.json's {sorted(expected)}"
+    readme = GENERATED_README[language].read_text(encoding="utf-8")
+    lines = [line for line in readme.splitlines() if line.startswith("|")]
+    loop_row, loader_row = [line for line in lines if " µs" in line and (
+        "`engine/loader.py: KeyedRandomness`" in line or "keyed_randomness" in line)]
+    [strict_row] = [line for line in lines if line.startswith("| `torch.use_deterministic_algorithms(True)` |")]
+
+    def figures(row: str) -> set[str]:
+        return set(FIGURE.findall(INLINE_CODE.sub(" ", row)))
+
+    assert figures(loader_row) == {
+        f"{profile['plus_all_three']:.0f}", f"{profile['plus_random']:.1f}", f"{profile['plus_torch']:.1f}",
+        f"{results['loader_vs_plain_0_workers']:.2f}", f"{results['loop_vs_plain']:.2f}", date,
+        str(results["machine"]["cpus"]), "200", *map(str, slow)}
     assert re.search(rf"\b{profile['plus_all_three']:.0f} µs", loop_row)
-    [strict_row] = [line for line in readme.read_text(encoding="utf-8").splitlines()
-                    if line.startswith("| `torch.use_deterministic_algorithms(True)` | `configure_determinism`")]
-    assert set(re.findall(r"\d+(?:[.\-]\d+)*", INLINE.sub(" ", strict_row))) == {
-        f"{results['strict_vs_off']:.2f}", results["machine"]["date"][:10]}
-
-
-INLINE = re.compile(r"`[^`]*`")
+    assert figures(strict_row) == {f"{results['strict_vs_off']:.2f}", date}

@@ -17,6 +17,7 @@ EN_PATH, ZH_PATH = GENERATED_README["en"], GENERATED_README["zh"]
 FENCE = re.compile(r"^(`{3,}|~{3,})")
 HEADING = re.compile(r"^(#{1,6})\s+\S")
 INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.S)
+FIGURE = re.compile(r"\d+(?:[.\-]\d+)*")  # a number, a date or a range: 0.88, 2026-12-01, 5-7
 LINK = re.compile(r"!?\[([^\]]*)\]\(([^)\s]*)[^)]*\)")
 JINJA_EXPRESSION = re.compile(r"\{\{.*?\}\}", re.S)
 JINJA_STATEMENT = re.compile(r"\{%.*?%\}", re.S)
@@ -164,7 +165,6 @@ def test_the_chinese_myths_section_answers_the_folklore_that_chinese_blogs_repea
 
 def test_the_chinese_speed_section_gives_the_english_figures(en, zh):
     """The last section's measurements (dates, versions, seconds, accuracies) are the English file's."""
-    figures = re.compile(r"\d+(?:[.\-]\d+)*")
     english, chinese = (INLINE_CODE.sub(" ", readme.sections()[-1][1]) for readme in (en, zh))
-    assert figures.findall(english)
-    assert Counter(figures.findall(chinese)) == Counter(figures.findall(english))
+    assert FIGURE.findall(english)
+    assert Counter(FIGURE.findall(chinese)) == Counter(FIGURE.findall(english))

@@ -182,10 +182,11 @@ def recorded_value_problem(setting_field, value: Any) -> str | None:
     """Why a setting's value read from a config.json is not one it can take, or None: the value
     must have the type of the setting and pass what its flag checks (range, choices)."""
     default, meta = setting_field.default, setting_field.metadata
-    kind = type(default) if default is not None else int  # prefetch_factor: an integer or None
-    if value is None and default is None:
+    if value is None and default is None:  # prefetch_factor: an integer or None
         return None
-    if isinstance(value, bool) != (kind is bool) or not isinstance(value, (int, float) if kind is float else kind):
+    kind = int if default is None else type(default)
+    fits = (type(value) in (int, float)) if kind is float else type(value) is kind  # True is no integer here
+    if not fits:
         return {bool: "not true or false", int: "not an integer", float: "not a number"}.get(kind, "not a string")
     if meta["choices"] and value not in meta["choices"]:
         return f"not one of {', '.join(meta['choices'])}"
