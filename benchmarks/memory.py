@@ -6,7 +6,7 @@ Bakes the template with its defaults into a scratch folder, then for ddp and fsd
 processes launches `torchrun --standalone` (gloo, on the CPU) with a small script that trains
 the baked package's own model the way train.py does: task.make_model, prepare_for_training
 (DistributedDataParallel, or FSDP2's fully_shard per block), make_optimizer with AdamW (two state
-tensors per parameter) and the project's training_steps. Each rank reports, as the optimizer is
+tensors per parameter) and the project's train_step. Each rank reports, as the optimizer is
 about to step (gradients complete, weights sharded again):
 
   parameter_bytes  the weights this rank holds (under FSDP its shards: DTensor.to_local())
@@ -52,11 +52,11 @@ from {package} import task
 from {package}.config import Config
 from {package}.engine import distributed
 from {package}.engine.checkpoint import TrainingState
-from {package}.engine.loop import training_steps
+from {package}.engine.loop import accumulation_windows
 from {package}.engine.optim import make_optimizer
 from {package}.engine.precision import make_scaler
-from {package}.engine.repro import seed_everything
-from {package}.train import first, make_loaders, prepare_for_training
+from {package}.utils.repro import seed_everything
+from {package}.train import first, make_loaders, prepare_for_training, train_step
 
 parallel, width, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cpu = torch.device("cpu")
@@ -88,7 +88,10 @@ def measure(optimizer, args, kwargs):  # as the optimizer steps: gradients compl
 optimizer.register_step_pre_hook(measure)
 state = TrainingState(model, optimizer, scheduler, make_scaler("fp32", cpu))
 times, last = [], time.perf_counter()
-for _ in training_steps(trained, train_loader, state, config, task, cpu):
+trained.train()
+train_loader.sampler.set_epoch(0)
+for micro_batches in accumulation_windows(train_loader, config.accumulate):
+    train_step(trained, micro_batches, state, config, cpu)
     now = time.perf_counter()
     times.append(now - last)
     last = now

@@ -10,8 +10,9 @@ all alike, medians of the repeats. Ratios above 1 mean ours is faster.
 
 The targets (issue 22), all on the example task:
   loop_vs_plain      steps/s of the project's training loop against the loop a user writes. Ours:
-                     engine/loop.py's training_steps (the keyed loader, the generators seeded before
-                     each micro-batch, the task's batch_sums and metrics_from_sums), every step's
+                     train.py's train_step over the keyed loader's batches, as train_epochs takes
+                     them (the generators seeded before each micro-batch, the task's batch_sums and
+                     metrics_from_sums, optimizer.step(), the schedule), every step's
                      metrics row kept by StepRows and written to metrics.csv every --log-every steps,
                      and the stop check train_epochs makes after each step. Plain: a shuffling
                      DataLoader over the same dataset, the same model, optimizer and schedule, the
@@ -19,7 +20,7 @@ The targets (issue 22), all on the example task:
                      (checkpoint_ms is apart). Both under --deterministic off, one thread.
   strict_vs_off      our loop under --deterministic strict against off
   loader_vs_plain_0_workers, loader_vs_plain_2_workers
-                     samples/s of the project's loader (engine/loader.py: make_loader) against a plain
+                     samples/s of the project's loader (utils/data.py: make_loader) against a plain
                      shuffling DataLoader over the example's training set, whose augmentation draws
                      from all three global generators (so all three are seeded before each sample)
   slow_loader_vs_plain_0_workers, slow_loader_vs_plain_2_workers
@@ -96,7 +97,7 @@ def bake(folder: Path) -> tuple[Path, float]:
 def import_package(project: Path) -> SimpleNamespace:
     """The baked package's modules that the benchmarks use, by short name."""
     sys.path.insert(0, str(project / "src"))
-    names = ("task", "config", "engine.loop", "engine.loader", "engine.repro", "engine.checkpoint", "engine.optim",
+    names = ("task", "config", "train", "engine.loop", "utils.data", "utils.repro", "engine.checkpoint", "engine.optim",
              "engine.precision", "engine.run_folder", "engine.distributed", "engine.contract")
     return SimpleNamespace(**{name.rsplit(".", 1)[-1]: importlib.import_module(f"{PACKAGE}.{name}") for name in names})
 
@@ -187,7 +188,7 @@ class Bench:
                                              pkg.precision.make_scaler(config.precision, device))
         trained = pkg.precision.compile_model(model) if compiled else model
         dataset = self.train_set if dataset is None else dataset
-        loader = pkg.loader.make_loader(dataset, config.micro_batch_size, config.seed, train=True)
+        loader = pkg.data.make_loader(dataset, config.micro_batch_size, config.seed, train=True)
         log = pkg.run_folder.MetricsLog(self.scratch / "metrics.csv", self.metric_names(), rows=0, writes=True)
         log.create()
         rows = pkg.loop.StepRows(log, pkg.task, device, config.log_every)
@@ -198,8 +199,11 @@ class Bench:
             with log:
                 start = first = time.perf_counter()
                 while state.step <= steps:
-                    for sums in pkg.loop.training_steps(trained, loader, state, config, pkg.task, device):
-                        rows.add(state.epoch, state.step, sums)
+                    trained.train()
+                    loader.sampler.set_epoch(state.epoch)
+                    for micro_batches in pkg.loop.accumulation_windows(loader, config.accumulate):
+                        rows.add(state.epoch, state.step, pkg.train.train_step(trained, micro_batches, state, config,
+                                                                               device))
                         if state.step == 1:
                             synchronize(device)
                             first = time.perf_counter()
@@ -242,7 +246,7 @@ class Bench:
     def metric_names(self) -> tuple[str, ...]:
         """The columns of metrics.csv ('loss' first), as train.py gets them: from the task's check."""
         if self.names is None:
-            loader = self.pkg.loader.make_loader(self.train_set, 8, self.config.seed, train=False)
+            loader = self.pkg.data.make_loader(self.train_set, 8, self.config.seed, train=False)
             self.names = self.pkg.contract.check_task(self.pkg.task, self.new_model(), loader, self.device, "fp32")
         return self.names
 
@@ -308,7 +312,7 @@ class Bench:
         return results
 
     def keyed_loader(self, dataset: Dataset, num_workers: int) -> DataLoader:
-        return self.pkg.loader.make_loader(dataset, self.config.batch_size, self.config.seed, train=True,
+        return self.pkg.data.make_loader(dataset, self.config.batch_size, self.config.seed, train=True,
                                            num_workers=num_workers)
 
     def plain_loader(self, dataset: Dataset, num_workers: int) -> DataLoader:

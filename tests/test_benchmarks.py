@@ -106,7 +106,7 @@ def test_the_generated_readmes_quote_the_committed_results_for_the_cost_of_keyed
     readme = GENERATED_README[language].read_text(encoding="utf-8")
     lines = [line for line in readme.splitlines() if line.startswith("|")]
     loop_row, loader_row = [line for line in lines if " µs" in line and (
-        "`engine/loader.py: KeyedRandomness`" in line or "keyed_randomness" in line)]
+        "`utils/data.py: KeyedRandomness`" in line or "keyed_randomness" in line)]
     [strict_row] = [line for line in lines if line.startswith("| `torch.use_deterministic_algorithms(True)` |")]
 
     def figures(row: str) -> set[str]:

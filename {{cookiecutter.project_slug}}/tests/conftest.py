@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 import torch
 
-from {{ cookiecutter.project_slug }}.engine.repro import configure_determinism
 from {{ cookiecutter.project_slug }}.engine.runs import Run, read_run
+from {{ cookiecutter.project_slug }}.utils.repro import configure_determinism
 
 PACKAGE = "{{ cookiecutter.project_slug }}"
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -183,6 +183,19 @@ def start_held_at(step: int, run: Path, *args: str, hash_seed: str, prelude: str
     process = start([sys.executable, "-c", held_at_step_code(prelude), str(step), str(marker), *args],
                     run.parent / f"{run.name}-stopped.log", env=python_env(PYTHONHASHSEED=hash_seed))
     return process, marker
+
+
+def training_steps(model, loader, state, config, device: torch.device | None = None):
+    """One epoch's steps from `state`'s position, taken as train.py's train_epochs takes them (train
+    mode, the epoch's order, --accumulate micro-batches a step, train.train_step): yields each
+    step's sums. For tests that drive the steps in this process."""
+    from {{ cookiecutter.project_slug }}.engine.loop import accumulation_windows
+    from {{ cookiecutter.project_slug }}.train import train_step
+
+    model.train()
+    loader.sampler.set_epoch(state.epoch, start=state.epoch_step * config.batch_size)
+    for micro_batches in accumulation_windows(loader, config.accumulate):
+        yield train_step(model, micro_batches, state, config, device or torch.device("cpu"))
 
 
 def free_port() -> int:

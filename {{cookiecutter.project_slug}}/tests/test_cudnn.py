@@ -26,7 +26,7 @@ import hashlib, sys
 import torch
 from {package} import task
 from {package}.config import Config
-from {package}.engine.repro import configure_determinism, seed_everything
+from {package}.utils.repro import configure_determinism, seed_everything
 
 configure_determinism(sys.argv[1])  # the mode under test sets torch.backends.cudnn.benchmark
 torch.backends.cudnn.deterministic = True

@@ -11,9 +11,9 @@ import torch
 
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
-from {{ cookiecutter.project_slug }}.engine.loader import EpochSampler, KeyedRandomness, make_loader
-from {{ cookiecutter.project_slug }}.engine.repro import Stream
 from {{ cookiecutter.project_slug }}.train import first
+from {{ cookiecutter.project_slug }}.utils.data import EpochSampler, KeyedRandomness, make_loader
+from {{ cookiecutter.project_slug }}.utils.repro import Stream
 
 from conftest import BATCH, SAMPLES, DrawsFrom
 
@@ -136,7 +136,7 @@ def test_negative_control_a_generator_the_loader_does_not_seed_changes_with_the_
 
 
 def test_a_dataset_error_names_the_sample_and_the_original_error():
-    from {{ cookiecutter.project_slug }}.engine.loader import SampleError
+    from {{ cookiecutter.project_slug }}.utils.data import SampleError
 
     class Broken(torch.utils.data.Dataset):
         def __len__(self):

@@ -8,7 +8,7 @@ from collections import namedtuple
 import pytest
 import torch
 
-from {{ cookiecutter.project_slug }}.engine.device import restrict_visible_gpus, select_device, to_device
+from {{ cookiecutter.project_slug }}.utils.device import restrict_visible_gpus, select_device, to_device
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ import torch
 
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
-from {{ cookiecutter.project_slug }}.engine.loop import evaluate
-from {{ cookiecutter.project_slug }}.train import first, make_loaders
+from {{ cookiecutter.project_slug }}.train import evaluate, first, make_loaders
 
 from conftest import (
     FAST,
@@ -96,7 +95,7 @@ def test_a_torchrun_runs_validation_figures_are_its_final_models_on_the_whole_va
     model = task.make_model(config, train_set)
     model.load_state_dict(torch.load(run.path / "model.pt", weights_only=True))
     _, val_loader = make_loaders(first(train_set, config.max_samples), first(val_set, config.max_samples), config)
-    figures = evaluate(model, val_loader, task, torch.device("cpu"), config.precision)
+    figures = evaluate(model, val_loader, torch.device("cpu"), config.precision)
     assert figures == pytest.approx({name: run.summary[f"val_{name}"] for name in figures}, rel=1e-5)
 
 

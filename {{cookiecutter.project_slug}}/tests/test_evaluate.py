@@ -8,11 +8,10 @@ import torch
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
 from {{ cookiecutter.project_slug }}.engine.checkpoint import TrainingState
-from {{ cookiecutter.project_slug }}.engine.loop import evaluate, training_steps
 from {{ cookiecutter.project_slug }}.engine.optim import make_optimizer
-from {{ cookiecutter.project_slug }}.train import first, make_loaders
+from {{ cookiecutter.project_slug }}.train import evaluate, first, make_loaders
 
-from conftest import BATCH, SAMPLES
+from conftest import BATCH, FAST, SAMPLES, training_steps
 
 CPU = torch.device("cpu")
 CONFIG = Config(seed=5, device="cpu", batch_size=BATCH, max_samples=SAMPLES)
@@ -32,7 +31,7 @@ def trained():
     train_set, val_set = task.make_datasets(CONFIG)
     model = task.make_model(CONFIG, train_set)
     train_loader, val_loader = make_loaders(first(train_set, SAMPLES), first(val_set, SAMPLES), CONFIG)
-    for _ in zip(range(4), training_steps(model, train_loader, state_for(model), CONFIG, task, CPU), strict=False):
+    for _ in zip(range(4), training_steps(model, train_loader, state_for(model), CONFIG), strict=False):
         pass
     return model, val_loader, train_loader
 
@@ -47,7 +46,7 @@ def trained_model_and_loader(trained):
 def test_evaluate_changes_no_parameter_and_no_buffer(trained_model_and_loader):
     model, loader = trained_model_and_loader
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    evaluate(model, loader, task, CPU)
+    evaluate(model, loader, CPU)
     after = model.state_dict()
     assert all(torch.equal(before[name], after[name]) for name in before)
 
@@ -61,12 +60,12 @@ def test_example_model_the_batchnorm_statistics_that_evaluation_must_not_move_ex
 
 def test_two_evaluations_give_identical_results(trained_model_and_loader):
     model, loader = trained_model_and_loader
-    assert evaluate(model, loader, task, CPU) == evaluate(model, loader, task, CPU)
+    assert evaluate(model, loader, CPU) == evaluate(model, loader, CPU)
 
 
 def test_evaluation_returns_every_figure_of_the_task_as_a_float(trained_model_and_loader):
     model, loader = trained_model_and_loader
-    figures = evaluate(model, loader, task, CPU)
+    figures = evaluate(model, loader, CPU)
     assert "loss" in figures and task.HEADLINE_METRIC in figures
     assert all(type(value) is float for value in figures.values())
 
@@ -77,7 +76,7 @@ def test_evaluation_averages_over_the_whole_split_not_over_batches(trained_model
     model, loader = trained_model_and_loader
     _, other_loader = make_loaders(*(first(s, SAMPLES) for s in task.make_datasets(CONFIG)),
                                    Config(**{**CONFIG.to_dict(), "val_batch_size": 7}))
-    whole, in_sevens = evaluate(model, loader, task, CPU), evaluate(model, other_loader, task, CPU)
+    whole, in_sevens = evaluate(model, loader, CPU), evaluate(model, other_loader, CPU)
     assert whole == pytest.approx(in_sevens, rel=1e-5)
 
 
@@ -89,7 +88,7 @@ def test_dropout_is_inactive_during_evaluation(trained_model_and_loader):
     seen = []
     hooks = [d.register_forward_hook(lambda module, inputs, output: seen.append(
         (module.training, torch.equal(inputs[0], output)))) for d in dropouts]
-    evaluate(model, loader, task, CPU)
+    evaluate(model, loader, CPU)
     for hook in hooks:
         hook.remove()
     assert seen and all(not training and unchanged for training, unchanged in seen)
@@ -98,10 +97,10 @@ def test_dropout_is_inactive_during_evaluation(trained_model_and_loader):
 def test_evaluation_restores_the_mode_it_found(trained_model_and_loader):
     model, loader = trained_model_and_loader
     model.train()
-    evaluate(model, loader, task, CPU)
+    evaluate(model, loader, CPU)
     assert model.training and all(m.training for m in model.modules())
     model.eval()
-    evaluate(model, loader, task, CPU)
+    evaluate(model, loader, CPU)
     assert not model.training
 
 
@@ -109,15 +108,23 @@ def test_evaluation_figures_do_not_depend_on_the_random_generators_state(trained
     """Nothing random in evaluation: the figures are the same whatever the generators hold."""
     model, loader = trained_model_and_loader
     torch.manual_seed(1)
-    first = evaluate(model, loader, task, CPU)
+    first = evaluate(model, loader, CPU)
     torch.manual_seed(2)
-    assert evaluate(model, loader, task, CPU) == first
+    assert evaluate(model, loader, CPU) == first
 
 
-def test_training_steps_train_in_train_mode_whatever_mode_they_found(trained):
-    """Dropout on and BatchNorm statistics updating, even if the model was left in eval mode."""
-    model, _, train_loader = trained
-    model.eval()
-    steps = training_steps(model, train_loader, state_for(model, lr=0.0), CONFIG, task, CPU)  # lr 0: the mode alone
-    next(steps)
-    assert model.training
+def test_training_runs_in_train_mode_whatever_mode_the_model_was_left_in(tmp_path, monkeypatch):
+    """Dropout on and BatchNorm statistics updating at every step, even for a model that make_model
+    (or an evaluation that forgot to restore the mode) left in eval mode."""
+    from {{ cookiecutter.project_slug }} import train
+
+    make_model, train_step, modes = task.make_model, train.train_step, []
+    monkeypatch.setattr(task, "make_model", lambda config, train_set: make_model(config, train_set).eval())
+
+    def noting_the_mode(model, *args):
+        modes.append(model.training)
+        return train_step(model, *args)
+
+    monkeypatch.setattr(train, "train_step", noting_the_mode)
+    assert train.main(["--out", str(tmp_path / "run"), *FAST, "--epochs", "2"]) == 0
+    assert modes and all(modes), modes  # the second epoch too, after the first one's evaluation

@@ -10,8 +10,8 @@ import pytest
 
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
-from {{ cookiecutter.project_slug }}.engine.loader import EpochSampler
 from {{ cookiecutter.project_slug }}.train import first, main
+from {{ cookiecutter.project_slug }}.utils.data import EpochSampler
 
 from conftest import BATCH, FAST, PACKAGE, SAMPLES, once, python_env, read_run, start, start_module, value_of
 

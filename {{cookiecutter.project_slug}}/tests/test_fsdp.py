@@ -33,9 +33,9 @@ from {{ cookiecutter.project_slug }}.engine.checkpoint import (
     read_sharded_checkpoint,
     save_sharded_checkpoint,
 )
-from {{ cookiecutter.project_slug }}.engine.repro import state_dict_sha256
 from {{ cookiecutter.project_slug }}.engine.world_sizes import history_on_resume
 from {{ cookiecutter.project_slug }}.train import main
+from {{ cookiecutter.project_slug }}.utils.repro import state_dict_sha256
 
 from conftest import (
     PACKAGE,

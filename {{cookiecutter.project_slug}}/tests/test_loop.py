@@ -11,16 +11,16 @@ from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
 from {{ cookiecutter.project_slug }}.engine.checkpoint import TrainingState
 from {{ cookiecutter.project_slug }}.engine.contract import check_task
-from {{ cookiecutter.project_slug }}.engine.loop import StepRows, training_steps
+from {{ cookiecutter.project_slug }}.engine.loop import StepRows
 from {{ cookiecutter.project_slug }}.engine.optim import make_optimizer
 from {{ cookiecutter.project_slug }}.engine.run_folder import MetricsLog
 from {{ cookiecutter.project_slug }}.train import first, make_loaders
 
-from conftest import BATCH
+from conftest import BATCH, training_steps
 
 # Every way a tensor's value reaches Python: each one makes the host wait for the device.
 READS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__", "__index__")
-LOOP_FILES = ("loop.py", "train.py")
+LOOP_FILES = ("loop.py", "train.py", "conftest.py")
 
 
 def count_reads(monkeypatch) -> list[str]:
@@ -53,7 +53,7 @@ def test_the_loop_reads_the_metrics_back_once_every_n_steps_not_once_a_step(tmp_
     rows = StepRows(log, task, cpu, every)
     reads = count_reads(monkeypatch)
     with log:
-        for _, sums in zip(range(2 * every), training_steps(model, loader, state, config, task, cpu), strict=False):
+        for _, sums in zip(range(2 * every), training_steps(model, loader, state, config, cpu), strict=False):
             rows.add(state.epoch, state.step, sums)
     assert state.step == 2 * every and log.rows == 2 * every  # every step has its row...
     assert reads == ["tolist in loop.py"] * 2  # ...read back in one transfer per `every` steps
@@ -81,7 +81,7 @@ def test_every_micro_batch_and_step_draws_from_its_own_key(monkeypatch):
         optimizer, scheduler = make_optimizer(model, config, steps=1000)
         state = TrainingState(model, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False))
         for _ in range(2):
-            for _ in training_steps(model, loader, state, config, task, cpu):
+            for _ in training_steps(model, loader, state, config, cpu):
                 torch.rand(between)  # whatever runs between steps (the loader, an evaluation) draws too
             state.epoch, state.epoch_step = state.epoch + 1, 0  # as train.py moves to the next epoch
         return drawn
@@ -91,7 +91,7 @@ def test_every_micro_batch_and_step_draws_from_its_own_key(monkeypatch):
     assert draws_of_two_epochs(between=7) == first_pass  # other draws between the steps change nothing
 
 
-def test_a_step_of_accumulated_micro_batches_is_the_step_a_plain_loop_takes_on_the_whole_batch():
+def test_a_step_of_accumulated_micro_batches_is_the_step_a_plain_loop_takes_on_the_whole_batch(monkeypatch):
     """Two micro-batches of 8, their losses halved, make the gradient of the batch of 16: the
     weights after two steps match those of a loop written by hand (to rounding: other sums)."""
     cpu, generator = torch.device("cpu"), torch.Generator().manual_seed(0)
@@ -107,6 +107,10 @@ def test_a_step_of_accumulated_micro_batches_is_the_step_a_plain_loop_takes_on_t
         def metrics_from_sums(sums):
             return {"loss": sums["squared_error"] / sums["samples"]}
 
+    from {{ cookiecutter.project_slug }} import train
+
+    monkeypatch.setattr(train, "task", Regression)
+
     def weights_after_two_steps(accumulate: int) -> torch.Tensor:
         torch.manual_seed(0)
         model = torch.nn.Linear(5, 1)
@@ -115,7 +119,7 @@ def test_a_step_of_accumulated_micro_batches_is_the_step_a_plain_loop_takes_on_t
         loader, _ = make_loaders(dataset, dataset, config)
         optimizer, scheduler = make_optimizer(model, config, steps=100)
         state = TrainingState(model, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False))
-        for _ in zip(range(2), training_steps(model, loader, state, config, Regression, cpu), strict=False):
+        for _ in zip(range(2), training_steps(model, loader, state, config, cpu), strict=False):
             pass
         return torch.cat([p.detach().flatten() for p in model.parameters()]), list(loader.sampler)[:32]
 

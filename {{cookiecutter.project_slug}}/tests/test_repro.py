@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from {{ cookiecutter.project_slug }}.engine.repro import (
+from {{ cookiecutter.project_slug }}.utils.repro import (
     MAX_SEED,
     PYTORCH_DEFAULT_FLOAT32,
     configure_determinism,

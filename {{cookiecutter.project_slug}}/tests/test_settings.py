@@ -20,7 +20,18 @@ import torch
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config, effect_of, flag
 
-from conftest import BATCH, PACKAGE, once, python_env, read_run, start, start_module, value_of, wait_until
+from conftest import (
+    BATCH,
+    PACKAGE,
+    once,
+    python_env,
+    read_run,
+    start,
+    start_module,
+    training_steps,
+    value_of,
+    wait_until,
+)
 
 DEFAULTS = Config()
 # A base where every setting can act: the cosine schedule takes --warmup-steps, SGD takes --momentum.
@@ -108,7 +119,6 @@ def test_momentum_acts_under_the_one_cycle_schedule_and_as_adamws_beta1_too(pert
 def gradient_norms_at_each_step(precision: str, clip: float) -> list[float]:
     """Trains 3 steps in this process; the total gradient norm the optimizer saw at each step."""
     from {{ cookiecutter.project_slug }}.engine.checkpoint import TrainingState
-    from {{ cookiecutter.project_slug }}.engine.loop import training_steps
     from {{ cookiecutter.project_slug }}.engine.optim import make_optimizer
     from {{ cookiecutter.project_slug }}.engine.precision import make_scaler
     from {{ cookiecutter.project_slug }}.train import first, make_loaders
@@ -128,7 +138,7 @@ def gradient_norms_at_each_step(precision: str, clip: float) -> list[float]:
     optimizer.register_step_pre_hook(record_norm)
     cpu = torch.device("cpu")
     state = TrainingState(model, optimizer, scheduler, make_scaler(precision, cpu))
-    for _ in zip(range(3), training_steps(model, loader, state, config, task, cpu), strict=False):
+    for _ in zip(range(3), training_steps(model, loader, state, config, cpu), strict=False):
         pass
     return norms
 
@@ -151,21 +161,20 @@ def test_clipping_limits_the_true_gradient_norm_also_under_fp16s_loss_scale(prec
 HELD_IN_A_WINDOW = """
 import os, signal, sys
 from pathlib import Path
-import {package}.engine.loop as loop
-from {package}.train import main
+import {package}.train as train
 
-hold_at, marker, seed = int(sys.argv[1]), Path(sys.argv[2]), loop.seed_global_generators
+hold_at, marker, seed = int(sys.argv[1]), Path(sys.argv[2]), train.seed_step
 micro_batches = [0]
 
-def seed_then_hold(*args):  # the loop calls it before each micro-batch's forward pass
+def seed_then_hold(*args):  # train_step calls it before each micro-batch's forward pass
     micro_batches[0] += 1
     if micro_batches[0] == hold_at:
         marker.write_text(str(os.getpid()))
         signal.pause()
     seed(*args)
 
-loop.seed_global_generators = seed_then_hold
-sys.exit(main(sys.argv[3:]))
+train.seed_step = seed_then_hold
+sys.exit(train.main(sys.argv[3:]))
 """
 ACCUMULATE = ("--epochs", "2", "--device", "cpu", "--max-samples", "96", "--batch-size", str(BATCH), "--accumulate",
               "4", "--checkpoint-every", "2", "--seed", "7")

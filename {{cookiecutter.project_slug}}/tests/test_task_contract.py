@@ -59,7 +59,7 @@ BROKEN = {  # what is broken: (task attribute, replacement, words the one line m
         "HEADLINE_METRIC", "no_such_figure", "task.HEADLINE_METRIC is 'no_such_figure'"),
     "outputs that do not fit the targets": (
         "make_model", lambda config, train_set: Doubled(real_model(config, train_set)), "raised"),
-    # draws_from (engine/loader.py): a generator left out would draw differently in each worker.
+    # draws_from (utils/data.py): a generator left out would draw differently in each worker.
     "a dataset that draws from random and leaves it out": (
         "make_datasets", declaring("random", ("numpy", "torch")), "samples change with the 'random' generator"),
     "a dataset that draws from numpy and leaves it out": (

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from {{ cookiecutter.project_slug }} import task
-from {{ cookiecutter.project_slug }}.engine.repro import state_dict_sha256
 from {{ cookiecutter.project_slug }}.train import main
+from {{ cookiecutter.project_slug }}.utils.repro import state_dict_sha256
 
 from conftest import FAST
 
@@ -69,7 +69,7 @@ def test_the_last_metrics_row_holds_the_summarys_figures_exactly(runs):
 
 
 def test_environment_json_records_the_float32_precision_in_effect(runs):
-    from {{ cookiecutter.project_slug }}.engine.repro import PYTORCH_DEFAULT_FLOAT32
+    from {{ cookiecutter.project_slug }}.utils.repro import PYTORCH_DEFAULT_FLOAT32
 
     run = runs["seed7"]
     flags = run.environment["determinism"]

@@ -16,10 +16,10 @@ from typing import Any
 
 from . import DEFAULT_SEED
 from .engine.cli import make_parser
-from .engine.device import device_name
 from .engine.precision import PRECISIONS
-from .engine.repro import DETERMINISM_MODES, MAX_SEED
 from .engine.startup import CPU_KERNEL_MODES
+from .utils.device import device_name
+from .utils.repro import DETERMINISM_MODES, MAX_SEED
 
 OPTIMIZERS = ("sgd", "adamw")
 SCHEDULES = ("one-cycle", "cosine", "constant")

@@ -29,7 +29,6 @@ import numpy as np
 import torch
 
 from .engine.cli import make_parser, prog
-from .engine.device import available_devices, select_device
 from .engine.environment import (
     NOTABLE_CPU_FLAGS,
     cpu_libraries,
@@ -40,15 +39,16 @@ from .engine.environment import (
 )
 from .engine.files import atomic_write_text, scratch_problem
 from .engine.launch import launch_training
-from .engine.repro import (
+from .engine.runs import Run, RunError, read_run
+from .engine.startup import CPU_KERNEL_VARIABLES, cpu_info, cpu_kernel_variables, initial_environment
+from .utils.device import available_devices, select_device
+from .utils.repro import (
     DETERMINISM_MODES,
     configure_determinism,
     determinism_flags,
     explain_nondeterministic_error,
     state_dict_sha256,
 )
-from .engine.runs import Run, RunError, read_run
-from .engine.startup import CPU_KERNEL_VARIABLES, cpu_info, cpu_kernel_variables, initial_environment
 
 # Variables read once: PYTHONHASHSEED when Python starts, the kernel pins when torch loads, the CUDA
 # ones when CUDA initialises.

@@ -33,9 +33,9 @@ from .engine.cli import refuse as refuse_with
 from .engine.environment import differences
 from .engine.files import atomic_write_text, file_in_the_way, unwritable_reason, write_json
 from .engine.launch import launch_training
-from .engine.repro import MAX_SEED
 from .engine.runs import RunError, read_json, read_run
 from .engine.statistics import statistics_of
+from .utils.repro import MAX_SEED
 
 SET_BY_THE_STUDY = ("--seed", "--out", "--resume", "--overwrite", "--stop-after-steps")
 

@@ -4,7 +4,7 @@ any task that keeps the promises below (README: "Bring your own task").
     make_datasets(config) -> (train_set, val_set)
         Ordinary map-style datasets: `len(ds)`, and `ds[i]` gives `(input, target)`. Random
         augmentation draws, per sample, in `__getitem__`, from Python's `random`, NumPy's
-        `np.random` or torch's global generator: engine/loader.py seeds those from
+        `np.random` or torch's global generator: utils/data.py seeds those from
         (seed, epoch, index) before each sample, whatever the number of loader workers.
         Optional: a dataset's `draws_from` names the generators it draws from, ("torch",) say,
         or () for none; only those are then seeded, which saves a few µs a sample. Without it,
@@ -42,7 +42,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from .config import Config
-from .engine.repro import Stream, derive_seed
+from .utils.repro import Stream, derive_seed
 
 HEADLINE_METRIC = "accuracy"
 NUM_CLASSES = 10
@@ -71,7 +71,7 @@ class ImageDataset(Dataset):
         self.labels = torch.from_numpy(labels)
         self.augment = augment
         self.image_size, self.num_classes = images.shape[-1], NUM_CLASSES  # what make_model needs to know
-        # The global generators __getitem__ draws from: engine/loader.py seeds only these before
+        # The global generators __getitem__ draws from: utils/data.py seeds only these before
         # each sample (each costs a few µs). The augmentation draws from all three; without it,
         # nothing is drawn and nothing needs seeding.
         self.draws_from = ("random", "numpy", "torch") if augment else ()

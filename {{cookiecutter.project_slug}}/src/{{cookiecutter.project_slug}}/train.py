@@ -7,10 +7,12 @@
     torchrun --standalone --nproc-per-node 2 -m {{ cookiecutter.project_slug }}.train --out runs/fsdp --parallel fsdp
 
 Read it from the top. main() checks the command line, then sets determinism and threads. train()
-seeds, builds the data and the model from task.py and checks the task on a few samples; then, for
-each epoch: the training steps (a checkpoint when one is due, a stop when one is asked for),
-evaluation, a checkpoint at the epoch's end; then model.pt and summary.json. What a step does is
-in engine/loop.py; nothing here or there is specific to the example task.
+seeds, builds the data and the model from task.py and checks the task on a few samples; then
+train_epochs(), for each epoch: model.train(), the steps (train_step: forward, loss, backward,
+clipping, optimizer.step(), zero_grad, the schedule; a checkpoint when one is due, a stop when one
+is asked for), evaluate() in eval mode, a checkpoint at the epoch's end; then model.pt and
+summary.json. Nothing here is specific to the example task; the machinery that a reader need not
+see (checks, checkpoints, torchrun) is in engine/, the settings any project could copy in utils/.
 """
 
 from __future__ import annotations
@@ -34,16 +36,17 @@ from .engine.contract import TaskError, check_declared_draws, check_task
 from .engine.endings import checkpoint_after_failure, failed, stopped
 from .engine.environment import describe_environment, environment_changes
 from .engine.files import write_json
-from .engine.loader import make_loader
-from .engine.loop import StepRows, evaluate, training_steps
+from .engine.loop import StepRows, accumulation_windows, add_sums, read_back
 from .engine.optim import make_optimizer
 from .engine.plan import Plan, device_and_folder_problem, plan_run, refuse, refuse_if, say
-from .engine.precision import compile_model, make_scaler
-from .engine.repro import configure_determinism, seed_everything
+from .engine.precision import autocast, compile_model, make_scaler
 from .engine.run_folder import MetricsLog, clear_run_files, write_result
 from .engine.signals import StopSignals
 from .engine.tracking import make_trackers
 from .engine.world_sizes import describe, write_world_sizes
+from .utils.data import make_loader
+from .utils.device import to_device
+from .utils.repro import configure_determinism, seed_everything, seed_step, set_thread_count
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_determinism(config.deterministic)
     # 2. A fixed thread count: intra-op parallelism splits reductions by thread, so the default
     #    (one thread per core) would make results depend on the machine.
-    torch.set_num_threads(config.threads)
+    set_thread_count(config.threads)
     # 3. Mixed precision and compilation depend on the device: checked now that CUDA may start.
     refuse_if(device_and_folder_problem(plan))
     if config.world_size > 1 or config.parallel == "fsdp":
@@ -94,7 +97,7 @@ def train(plan: Plan) -> int:
     if ended is not None:
         return ended  # stopped by a signal or --stop-after-steps, or failed
     if figures is None:  # resumed from the checkpoint after the last epoch, whose evaluation was not
-        figures = evaluate(model, val_loader, task, device, config.precision)  # saved; evaluating again changes nothing
+        figures = evaluate(model, val_loader, device, config.precision)  # saved; evaluating again changes nothing
     seconds = state.train_seconds + time.perf_counter() - started
     weights = distributed.full_state_dict(model)  # under FSDP every rank sends its shards to rank 0
     if distributed.rank() == 0:
@@ -125,10 +128,14 @@ def train_epochs(plan: Plan, state: TrainingState, model: nn.Module, loaders: tu
 
     try:
         while state.epoch < config.epochs:
+            model.train()  # evaluate() left it in the mode it found; a resumed run starts here too
+            # The epoch's order is a function of (seed, epoch); a run resumed mid-epoch skips what it trained on.
+            train_loader.sampler.set_epoch(state.epoch, start=state.epoch_step * config.batch_size)
             bar = tqdm(total=per_epoch, initial=state.epoch_step, desc=f"epoch {state.epoch + 1}", leave=False,
                        disable=not sys.stderr.isatty())
-            for sums in training_steps(model, train_loader, state, config, task, device):
-                rows.add(state.epoch, state.step, sums)
+            for micro_batches in accumulation_windows(train_loader, config.accumulate):  # --accumulate of them a step
+                sums = train_step(model, micro_batches, state, config, device)
+                rows.add(state.epoch, state.step, sums)  # the step's row of metrics.csv, read back later
                 bar.update()
                 if distributed.any_rank(signals.signum is not None) or state.step == plan.stop_after_steps:
                     bar.close()  # the message below starts on a fresh line
@@ -149,6 +156,71 @@ def train_epochs(plan: Plan, state: TrainingState, model: nn.Module, loaders: tu
     return None, figures
 
 
+def train_step(model: nn.Module, micro_batches: list, state: TrainingState, config: Config,
+               device: torch.device) -> dict:
+    """One optimizer step over `micro_batches` (--accumulate of them; fewer at an epoch's end):
+    their gradients add up, then one step. Returns the step's sums (still on the device: the
+    metrics rows read them back later, in one transfer every --log-every steps)."""
+    optimizer, scheduler, scaler = state.optimizer, state.scheduler, state.scaler
+    step_sums = None
+    for micro_batch, batch in enumerate(micro_batches):
+        inputs, targets = to_device(batch, device)
+        # What this micro-batch draws (dropout) is a function of (seed, step, micro-batch, rank):
+        # the same after a resume, on any number of processes, whatever the loader did before.
+        seed_step(config.seed, state.step + 1, micro_batch, distributed.rank(), device)
+        last = micro_batch == len(micro_batches) - 1
+        with distributed.no_sync(model, last_micro_batch=last):  # DDP: one gradient all-reduce, after the last
+            with autocast(config.precision, device):  # bf16 and fp16 only; fp32 runs as written
+                outputs = model(inputs)
+                sums = task.batch_sums(outputs, targets)
+                loss = task.metrics_from_sums(sums)["loss"]
+            # Each micro-batch's share of the step's mean; fp16's scaler multiplies it by the loss
+            # scale (fp32 and bf16: it passes the loss through).
+            scaler.scale(loss / len(micro_batches)).backward()
+        step_sums = add_sums(step_sums, sums)
+    if config.clip_grad_norm:
+        scaler.unscale_(optimizer)  # clip the true gradients, not fp16's scaled ones
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad_norm)
+    if scaler.is_enabled():
+        scaler.step(optimizer)  # fp16: optimizer.step(), unless a gradient overflowed (then the scale shrinks)
+        scaler.update()
+    else:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    scheduler.step()
+    state.step, state.epoch_step = state.step + 1, state.epoch_step + 1
+    return step_sums
+
+
+def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, precision: str = "fp32") -> dict[str, float]:
+    """The task's figures over `loader`'s whole split.
+
+    In eval mode (dropout off; BatchNorm uses its running statistics and does not update them),
+    without gradients; it draws no random number and restores the mode it found. The task's sums
+    are added up over every batch, and under torchrun over every rank, before the task divides:
+    a mean over samples or tokens, whatever the batches. Under FSDP every rank makes the same
+    number of forward passes (distributed.evaluation_batches).
+    """
+    was_training = model.training
+    model.eval()
+    distributed.broadcast_buffers(model)  # every rank scores the model that rank 0 saves
+    totals = None
+    try:
+        with torch.no_grad():
+            for batch, counted in distributed.evaluation_batches(loader, lockstep=distributed.is_sharded(model)):
+                inputs, targets = to_device(batch, device)
+                with autocast(precision, device):
+                    sums = task.batch_sums(model(inputs), targets)
+                if not counted:  # a forward pass that FSDP's lockstep needs: its sums count nothing
+                    sums = {name: torch.zeros_like(torch.as_tensor(value)) for name, value in sums.items()}
+                totals = add_sums(totals, sums)
+    finally:
+        model.train(was_training)
+    totals = distributed.sum_over_ranks({name: torch.as_tensor(value, device=device) for name, value in totals.items()})
+    figures = task.metrics_from_sums(totals)
+    return dict(zip(figures, read_back([figures], tuple(figures), device)[0], strict=True))
+
+
 def save_state(plan: Plan, state: TrainingState, seconds: float) -> Path | None:
     """A checkpoint of `state`: one file that rank 0 writes, or under FSDP a folder to which every
     rank writes its shards (engine/checkpoint.py)."""
@@ -164,7 +236,7 @@ def end_epoch(plan: Plan, state: TrainingState, val_loader: DataLoader, log: Met
               losses: list[float]) -> dict | None:
     """Evaluates if it is due (its row into metrics.csv) and prints the epoch's line; the figures."""
     config = plan.config
-    figures = evaluate(state.model, val_loader, task, plan.device, config.precision) \
+    figures = evaluate(state.model, val_loader, plan.device, config.precision) \
         if evaluation_due(state.epoch, config) else None
     if figures is not None:
         log.write(state.epoch, state.step, "val", figures)
@@ -188,7 +260,7 @@ def first(dataset: Dataset, limit: int) -> Dataset:
 
 def make_loaders(train_set: Dataset, val_set: Dataset, config: Config) -> tuple[DataLoader, DataLoader]:
     """Loaders whose order and random draws are functions of the seed, whatever the worker count
-    (see engine/loader.py); under torchrun each rank loads its share of every global batch."""
+    (see utils/data.py); under torchrun each rank loads its share of every global batch."""
     loading = {"num_workers": config.num_workers, "persistent_workers": config.persistent_workers,
                "prefetch_factor": config.prefetch_factor, "rank": distributed.rank(), "world_size": config.world_size}
     return (make_loader(train_set, config.micro_batch_size, config.seed, train=True, **loading),

@@ -70,8 +70,8 @@ def machine_check(original: Run) -> tuple[str | None, list[str]]:
     """(why this machine cannot re-run `original` at all, or None; the machine's entries that differ
     from the recorded ones, each explained), known before any re-run."""
     from .config import Config  # imported here: torch, which a bad RUN_DIR never needs
-    from .engine.device import select_device
     from .engine.environment import MACHINE_KEYS, explained_differences, incompatibility, machine_environment
+    from .utils.device import select_device
 
     try:
         config = Config.from_dict(original.config)[0]

@@ -21,10 +21,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from .device import to_device
-from .loader import declared_draws
+from ..utils.data import declared_draws
+from ..utils.device import to_device
+from ..utils.repro import GLOBAL_GENERATORS, seed_global_generators
 from .precision import autocast
-from .repro import GLOBAL_GENERATORS, seed_global_generators
 from .run_folder import ROW_FIELDS
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -113,7 +113,7 @@ def shown(value: object) -> str:
 
 
 def check_declared_draws(train_set: Dataset, val_set: Dataset) -> None:
-    """A dataset's `draws_from` (engine/loader.py) names the only generators seeded before each of
+    """A dataset's `draws_from` (utils/data.py) names the only generators seeded before each of
     its samples. One that it leaves out is tried on the first few samples: seeded otherwise, does a
     sample change? Then the dataset draws from it, and would draw differently in each worker.
     A dataset that draws from a generator for some samples only can slip past this check: declare

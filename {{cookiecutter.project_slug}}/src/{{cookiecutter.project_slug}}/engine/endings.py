@@ -12,11 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..config import Config
+from ..utils.repro import explain_nondeterministic_error
 from . import distributed
 from .cli import prog
 from .plan import Plan
 from .precision import compile_failure
-from .repro import explain_nondeterministic_error
 from .run_folder import clear_run_files, write_error_log
 
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..utils.device import available_devices
+from ..utils.repro import determinism_flags, hash_seed_in_effect
 from .cli import prog
-from .device import available_devices
-from .repro import determinism_flags
 from .runs import RunError, read_json
-from .startup import PORTABLE_CPU_KERNELS, cpu_info, cpu_kernel_variables, hash_seed_in_effect, portable_problem
+from .startup import PORTABLE_CPU_KERNELS, cpu_info, cpu_kernel_variables, portable_problem
 
 # What must match for PyTorch to promise bitwise equality; other environment keys are informative.
 ENVIRONMENT_KEYS = ("python", "torch", "numpy", "cuda", "cudnn", "device", "device_name", "intra_op_threads",

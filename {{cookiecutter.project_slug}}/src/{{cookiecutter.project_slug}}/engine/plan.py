@@ -15,11 +15,11 @@ import torch
 
 from .. import DEFAULT_SEED
 from ..config import Config, parse_command_line, resume_config
+from ..utils.device import select_device
 from . import distributed
 from .checkpoint import load_latest_checkpoint
 from .cli import PACKAGE, prog
 from .cli import refuse as refuse_with
-from .device import select_device
 from .precision import compile_problem, precision_problem
 from .run_folder import ERROR_LOG, make_out_dir, out_dir_refusal
 from .runs import RunError, read_json

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
+from ..utils.repro import state_dict_sha256
 from .files import atomic_write, atomic_write_text, unwritable_reason, write_json, write_problem
-from .repro import state_dict_sha256
 
 # The files that make a folder hold a run: a new run refuses such a folder without --overwrite.
 RUN_FILES = ("config.json", "environment.json", "metrics.csv", "model.pt", "summary.json", "checkpoints", "tensorboard",

@@ -59,13 +59,6 @@ def hash_seed_for(seed: int) -> str:
     return str(seed)
 
 
-def hash_seed_in_effect() -> str:
-    """What this interpreter's string hashing uses: a number, or 'random'."""
-    if sys.flags.ignore_environment or not os.environ.get("PYTHONHASHSEED"):
-        return "random"
-    return os.environ["PYTHONHASHSEED"]
-
-
 def initial_environment() -> dict[str, str] | None:
     """The environment this process started with (Linux keeps it in /proc), before any change to
     os.environ; None where unknown."""

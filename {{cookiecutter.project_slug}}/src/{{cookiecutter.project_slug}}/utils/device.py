@@ -1,5 +1,9 @@
 """Choosing the device, restricting the visible GPUs, and moving batches there.
 
+This file imports nothing of its project: copy it into any PyTorch project. Call
+`restrict_visible_gpus` (if at all) before anything touches CUDA, then `select_device(spec)`, and
+move the model once (`model.to(device)`) and each batch (`to_device(batch, device)`).
+
 Myths this module corrects:
 - A loss module (`nn.CrossEntropyLoss()`) holds no parameters, so it needs no `.to(device)`;
   it runs wherever its inputs are. Only modules with parameters or buffers need moving.

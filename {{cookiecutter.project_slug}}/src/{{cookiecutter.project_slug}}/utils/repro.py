@@ -1,20 +1,29 @@
-"""Everything that makes a run repeat: seeds, keyed seeds, deterministic kernels, weight hashes.
+"""Every reproducibility setting of a training process, in one module: the seeds, the string hash
+seed, cuDNN, cuBLAS, deterministic algorithms, TF32 and the thread count, each with what it guards
+against and what it costs; and the weights hash that proves two runs equal.
 
-Order matters. Call `configure_determinism` first thing in `main()`, before anything touches the
-GPU: two of its settings are environment variables that CUDA reads once, when it initializes.
-Then `seed_everything`, then build data and model. During training the loop seeds the global
-generators again before every micro-batch, from (seed, step, micro-batch, rank) with keyed_seed:
-what a step draws (dropout) is then a function of its key alone, so a resumed run, on any number
-of processes, needs no saved generator state to draw what the run that never stopped drew.
+This file imports nothing of its project: copy it (with device.py and data.py beside it, which it
+needs not) into any PyTorch project. Then call, in this order:
 
-What this module does not do, and why:
-- It does not set PYTHONHASHSEED. Python reads that variable once, when the interpreter starts;
-  `os.environ["PYTHONHASHSEED"] = "0"` inside a running script (as many snippets do) changes
-  nothing for that process. Set it in the shell, or re-launch the interpreter.
-- It does not set `torch.backends.cudnn.enabled = False`. That old advice predates
-  `torch.use_deterministic_algorithms`: with deterministic algorithms on and benchmark off, cuDNN
-  picks deterministic kernels, or raises for an op that has none. Switching cuDNN off buys no
-  extra determinism and falls back to PyTorch's slower native convolutions.
+1. `restart_with_hash_seed(seed)`, first, when the script runs as a program. Python reads
+   PYTHONHASHSEED once, as the interpreter starts, so this starts it again with the variable set.
+   The popular `os.environ["PYTHONHASHSEED"] = "0"` inside a script changes nothing for that
+   script: its set and dict-of-string orders stay random.
+2. `configure_determinism(mode)`, before anything touches the GPU: CUDA reads
+   CUBLAS_WORKSPACE_CONFIG once, when it initialises (CUDA_VISIBLE_DEVICES likewise; see
+   device.py).
+3. `set_thread_count(n)`, before the first tensor operation.
+4. `seed_everything(seed)`, right before the first random draw: building the model.
+5. During training, `seed_step(seed, step)` before each step's forward pass: what the step draws
+   (dropout) is then a function of (seed, step) alone, so a resumed run, or one with another number
+   of loader workers, draws what the run that never stopped drew. data.py does the same for each
+   sample.
+6. `state_dict_sha256(model.state_dict())` at the end: equal hashes mean equal weights, bit for bit.
+
+What this module does not do, and why: it does not set `torch.backends.cudnn.enabled = False`.
+That old advice predates `torch.use_deterministic_algorithms`: with deterministic algorithms on
+and benchmark off, cuDNN picks deterministic kernels, or raises for an op that has none. Switching
+cuDNN off buys no extra determinism and falls back to PyTorch's slower native convolutions.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import hashlib
 import os
 import random
 import re
+import sys
 from collections.abc import Collection, Mapping
 from enum import IntEnum
 
@@ -47,11 +57,52 @@ def check_seed(seed: object) -> int:
     return int(seed)
 
 
+def hash_seed_in_effect() -> str:
+    """What this interpreter's string hashing uses: the PYTHONHASHSEED it started with, or 'random'."""
+    if sys.flags.ignore_environment or not os.environ.get("PYTHONHASHSEED"):
+        return "random"
+    return os.environ["PYTHONHASHSEED"]
+
+
+def restart_with_hash_seed(seed: int) -> None:
+    """Starts this interpreter again, with the same arguments and PYTHONHASHSEED set to the seed,
+    unless it already runs with it. Call it first thing when the script runs as a program (under
+    `if __name__ == "__main__":`), never on import: it would restart whatever imported it.
+
+    Guards against: Python salting `hash()` of str and bytes with a value chosen at start-up, so
+    that a set of strings (and whatever is built from one: a vocabulary, say) iterates in another
+    order in every process. Costs: a second start of the interpreter, and of torch's import, on the
+    first launch. `os.execv` keeps the process id, so a job scheduler still tracks the process.
+    """
+    wanted = str(check_seed(seed))
+    if hash_seed_in_effect() == wanted:
+        return
+    if sys.flags.ignore_environment:  # `python -E` ignores the variable: restarting would loop
+        print(f"warning: python -E ignores PYTHONHASHSEED, so string hashing stays random (wanted {wanted})",
+              file=sys.stderr)
+        return
+    os.environ["PYTHONHASHSEED"] = wanted
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
+def set_thread_count(threads: int) -> None:
+    """Fixes torch's intra-op threads on the CPU.
+
+    Guards against: a reduction (a sum, a matrix product) split over one thread per core, the
+    default, and added up in an order that depends on the split: other bits on a machine with
+    another core count. Costs: the speed of the cores left idle. The split follows the thread
+    count, not the cores, so a count above 1 repeats too, on any machine, once it is recorded.
+    """
+    torch.set_num_threads(threads)
+
+
 def seed_everything(seed: int) -> None:
     """Seeds every global generator a training script draws from: Python, NumPy, torch (CPU, CUDA, MPS).
 
     Seeding makes the *first* draw repeat. It does not make kernels deterministic
-    (see configure_determinism). DataLoader workers are separate processes: engine/loader.py makes
+    (see configure_determinism). DataLoader workers are separate processes: data.py makes
     what a dataset draws there a function of (seed, epoch, index) instead.
     """
     seed = check_seed(seed)
@@ -133,6 +184,15 @@ def seed_global_generators(seed: int, device: torch.device | None = None,
         torch.cuda.manual_seed(seed)  # the current GPU: the one this process trains on
     elif device is not None and device.type == "mps":
         torch.mps.manual_seed(seed)
+
+
+def seed_step(seed: int, step: int, micro_batch: int = 0, rank: int = 0, device: torch.device | None = None) -> None:
+    """Seeds the global generators (and `device`'s) for one training step's draws, dropout's masks
+    say, from (seed, step, micro-batch, rank) alone: the same after a resume, with any number of
+    loader workers, whatever ran before; each process under torchrun draws its own. A resumed run
+    then needs no saved generator state to draw what the run that never stopped drew. Costs: one
+    seeding of each generator per step, a few µs."""
+    seed_global_generators(keyed_seed(derive_seed(seed, Stream.STEP, rank), step, micro_batch), device)
 
 
 def float32_precision() -> dict[str, str]:

@@ -1,6 +1,10 @@
-"""Loaders whose every random draw is a function of the config, with any number of workers.
+"""The seeded DataLoader factory: data order and every random draw a function of the seed, with
+any number of workers.
 
-You do not need to edit this file: put your data in task.py (`make_datasets`) and it applies.
+This file needs only repro.py beside it: copy both into any PyTorch project. Then build each
+loader with `make_loader(dataset, batch_size, seed, train=...)`, call
+`loader.sampler.set_epoch(epoch)` before each epoch, and take the dataset's samples as usual.
+You need not edit it here: put your data in task.py (`make_datasets`) and it applies.
 
 A dataset written the usual way draws its augmentation from the global generators (Python's
 `random`, NumPy's `np.random`, torch's `torch.rand`), as torchvision and albumentations
@@ -17,15 +21,14 @@ Here, three pieces make the data stream a function of (seed, epoch, index) alone
 - `KeyedRandomness`: before it fetches sample `index`, it seeds the three global generators with
   a key of (seed, epoch, index). Whatever the dataset draws is then the same in any worker, after
   any other sample, and after a resume. With 0 workers it runs in the training process and leaves
-  the generators seeded for its last sample: harmless, since the loop seeds them again from
-  (seed, step, micro-batch, rank) before every forward pass (see repro.py).
+  the generators seeded for its last sample: harmless, since the training loop seeds them again
+  before every forward pass (repro.py: seed_step).
   Seeding is most of what this machinery costs a sample, Python's `random` the largest part (the
   template's benchmarks/run.py measures each). So a dataset may say which generators its
   `__getitem__` draws from, in an attribute: `draws_from = ("torch",)` (torchvision's transforms
   draw from torch alone), `draws_from = ()` (no random augmentation); only those are seeded.
   Without the attribute, all three are. A dataset that draws from a generator it leaves out would
-  draw differently in each worker, so train.py tries each one left out on a few samples before the
-  run starts, and refuses the task if a sample changes with it (engine/contract.py).
+  draw differently in each worker: declare every generator that any sample may draw from.
 - the loader's own generator is seeded, so making an iterator draws nothing from torch's
   global generator.
 """
