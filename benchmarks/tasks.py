@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-GENERATED_README = ROOT / "{{cookiecutter.project_slug}}" / "{% if cookiecutter.language == 'en' %}README.md{% endif %}"
+GENERATED_README = ROOT / "{{cookiecutter.project_slug}}" / (
+    "{% if cookiecutter.language == 'en' and cookiecutter.scope == 'research' %}README.md{% endif %}")
 TASK_BLOCK = re.compile(r"```python\n(# task\.py: (.+?)\n.*?)```", re.DOTALL)
 NAMES = {"a next-token language model on a small made-up text": "language_model",
          "a regression, MSE loss and mean absolute error": "regression"}

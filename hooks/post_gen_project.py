@@ -31,8 +31,31 @@ REPOSITORY_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJEC
 QUICK_START = {"en": "Quick start", "zh": "快速上手"}
 
 
+# What one size of the project has and the other has not (paths in the project; {package} is the
+# package's folder). The files both have, utils/ and task.py among them, are the same in both;
+# a file whose content differs by size has one template file per size, named with a condition
+# (train.py, tests/conftest.py, README.md), and is not listed here.
+RESEARCH_ONLY = (
+    "src/{package}/engine", "src/{package}/config.py", "src/{package}/verify.py", "src/{package}/compare.py",
+    "src/{package}/doctor.py", "src/{package}/study.py", "src/{package}/plot.py", "src/{package}/__main__.py",
+    "slurm", "docs",
+    *(f"tests/test_{name}.py" for name in (
+        "checkpoint", "cluster", "commands", "config", "cudnn", "data", "distributed", "evaluate", "failures",
+        "fsdp", "fsdp_precision", "invariance", "loop", "machine", "plot", "precision", "resume", "settings",
+        "study", "task_contract", "tools", "tracking", "train")),
+    # Exercises about what the teaching size leaves out: accumulation, mid-epoch resume, cuDNN on a GPU.
+    "exercises/08-cudnn-benchmark", "exercises/09-micro-batches-share-one-key",
+    "exercises/10-loader-position-not-restored",
+)
+TEACHING_ONLY = (
+    "notebooks",
+    *(f"tests/test_{name}.py" for name in ("workers", "eval_mode", "kill_and_resume", "run_folder", "notebook")),
+)
+
+
 def paths_to_remove(context: dict) -> list[str]:
-    remove = []
+    only_other_size = TEACHING_ONLY if context.get("scope", "research") == "research" else RESEARCH_ONLY
+    remove = [path.format(package=context["project_slug"]) for path in only_other_size]
     if context["license"] == "none":
         remove.append("LICENSE")
     if not context["github_actions"]:

@@ -26,6 +26,7 @@ MIN_COOKIECUTTER = (2, 7)  # real booleans in cookiecutter.json, __prompts__, lo
 # cookiecutter itself refuses an unknown choice given on the command line (with a traceback, before
 # this hook runs); this check catches what skips that validation, such as an edited replay file.
 CHOICES = {
+    "scope": ("research", "teaching"),
     "determinism": ("strict", "warn", "off"),
     "dataset": ("synthetic", "digits"),
     "license": ("MIT", "BSD-3-Clause", "Apache-2.0", "none"),

@@ -66,10 +66,13 @@ def copier_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None =
     """Runs copier's command line as a user would."""
     return subprocess.run([sys.executable, "-m", "copier", *args], cwd=cwd, capture_output=True, text=True, env=env)
 
-# The generated README, one template file per language: a name that renders empty is not written,
-# so each project gets exactly one README.md, in its language (under cookiecutter and copier alike).
-GENERATED_README = {
-    language: ROOT / "{{cookiecutter.project_slug}}" / ("{% if cookiecutter.language == '" + language + "' %}"
-                                                        "README.md{% endif %}")
-    for language in ("en", "zh")
-}
+# The generated README, one template file per size and language: a name that renders empty is not
+# written, so each project gets exactly one README.md, of its size and in its language (under
+# cookiecutter and copier alike). GENERATED_README: the research size's; TEACHING_README: the other.
+def readme_template(scope: str, language: str) -> Path:
+    return TEMPLATE_DIR / (f"{{% if cookiecutter.language == '{language}' and cookiecutter.scope == '{scope}' %}}"
+                           "README.md{% endif %}")
+
+
+GENERATED_README = {language: readme_template("research", language) for language in ("en", "zh")}
+TEACHING_README = {language: readme_template("teaching", language) for language in ("en", "zh")}

@@ -55,6 +55,12 @@ def test_config_json_round_trips_and_refuses_settings_this_code_does_not_know():
         Config.from_dict({**config.to_dict(), "colour": "blue"})
 
 
+def test_a_config_json_that_records_a_retired_setting_is_read_without_it():
+    """Runs recorded by an earlier version (the example's `dataset`, now task.py's) still resume."""
+    config = Config(seed=3)
+    assert Config.from_dict({**config.to_dict(), "dataset": "synthetic"}) == (config, [])
+
+
 @pytest.mark.parametrize("name, value, reason", [
     ("lr", "fast", "not a number"),
     ("lr", 0, "refused by --lr: 0 is not in (0, inf)"),
@@ -64,7 +70,7 @@ def test_config_json_round_trips_and_refuses_settings_this_code_does_not_know():
     ("compile", "yes", "not true or false"),
     ("optimizer", "adam", "not one of sgd, adamw"),
     ("device", "cuda:1,2", "refused by --device: 'cuda:1,2' is not one of auto, cpu, cuda, cuda:N, mps"),
-    ("dataset", 3, "not a string"),
+    ("parallel", 3, "not a string"),
 ])
 def test_a_hand_edited_config_json_with_a_value_its_flag_would_refuse_is_refused_in_one_line(name, value, reason):
     with pytest.raises(ValueError) as error:

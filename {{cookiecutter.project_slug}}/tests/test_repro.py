@@ -1,9 +1,11 @@
-"""Specifications of seeding and determinism settings."""
+"""Specifications of utils/repro.py: seeds, the hash seed, determinism, threads, the weights hash."""
 
 from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -19,9 +21,13 @@ from {{ cookiecutter.project_slug }}.utils.repro import (
     keyed_seed,
     seed_everything,
     seed_global_generators,
+    seed_step,
+    set_thread_count,
     state_dict_sha256,
     tf32_allowed,
 )
+
+from conftest import PACKAGE, python_env, settings
 
 
 @pytest.fixture(autouse=True)
@@ -158,6 +164,64 @@ def test_seeding_the_global_generators_from_a_key_makes_every_generators_draws_r
     assert draws() != expected
 
 
+def test_a_steps_draws_are_a_function_of_seed_step_and_micro_batch_alone():
+    """What train.py calls before each forward pass: dropout draws what it drew in any other run."""
+    seed_step(7, step=3, micro_batch=1)
+    expected = draws()
+    seed_everything(4)  # whatever ran before: a loader, an evaluation, a resume
+    seed_step(7, step=3, micro_batch=1)
+    assert draws() == expected
+    for other in ({"step": 4, "micro_batch": 1}, {"step": 3, "micro_batch": 0}, {"step": 3, "micro_batch": 1,
+                                                                                  "rank": 1}):
+        seed_step(7, **other)
+        assert draws() != expected, other
+    seed_step(8, step=3, micro_batch=1)
+    assert draws() != expected
+
+
+def test_set_thread_count_sets_torchs_intra_op_threads():
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 3):
+            set_thread_count(threads)
+            assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+
+
+# A fresh interpreter that prints the order of a set of strings: Python salts str hashes with a
+# value it picks at start-up, from PYTHONHASHSEED if set, so the order is a function of that alone.
+SET_ORDER = "print(hash_seed_in_effect(), list({'alpha', 'beta', 'gamma', 'delta', 'epsilon'}))"
+
+
+def run_python(code: str, *hash_seeds: str) -> list[str]:
+    """What `code` prints in a fresh interpreter started from a shell with each hash seed (all at once)."""
+    imports = f"import os\nfrom {PACKAGE}.utils.repro import hash_seed_in_effect, restart_with_hash_seed\n"
+    children = [subprocess.Popen([sys.executable, "-c", imports + code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env=python_env(PYTHONHASHSEED=hash_seed)) for hash_seed in hash_seeds]
+    printed = []
+    for child in children:
+        out, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err[-3000:]
+        printed.append(out.strip())
+    return printed
+
+
+def test_restart_with_hash_seed_gives_the_order_a_shell_with_that_hash_seed_gives():
+    [expected] = run_python(SET_ORDER, "5")
+    assert expected.startswith("5 ")
+    # Shells that launch the program with other hash seeds: the restart gives each the order of 5.
+    assert run_python(f"restart_with_hash_seed(5)\n{SET_ORDER}", "0", "4294967295") == [expected] * 2
+
+
+def test_negative_control_setting_pythonhashseed_inside_the_script_changes_nothing():
+    """The popular snippet: the variable then says 5, but the order is not the one 5 gives, in some
+    shell at least: Python read the variable as it started, before the script set it."""
+    [expected] = run_python(SET_ORDER, "5")
+    orders = run_python("os.environ['PYTHONHASHSEED'] = '5'\n" + SET_ORDER, "0", "1", "2")
+    assert set(orders) != {expected}
+
+
 def test_keys_that_a_careless_mix_would_collide_get_distinct_seeds():
     """(high, low) and (low, high), neighbours, and sums that seed + epoch + index would merge."""
     keys = [(high, low) for high in range(40) for low in range(40)] + [(1, 2**32 - 1), (2**32 - 1, 1)]
@@ -180,9 +244,8 @@ def test_weights_hash_covers_every_entry_of_the_models_state_dict_integer_buffer
     """The task's model, plus an integer counter of the kind BatchNorm keeps (num_batches_tracked),
     so that the test has one whatever the model: changing any single entry changes the hash."""
     from {{ cookiecutter.project_slug }} import task
-    from {{ cookiecutter.project_slug }}.config import Config
 
-    config = Config(max_samples=64)
+    config = settings()
     model = task.make_model(config, task.make_datasets(config)[0])
     weights = {**model.state_dict(), "counter": torch.tensor(3)}
     reference = state_dict_sha256(weights)
@@ -195,16 +258,15 @@ def test_weights_hash_covers_every_entry_of_the_models_state_dict_integer_buffer
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: runs on GPU machines only")
 def test_on_cuda_strict_gives_bitwise_identical_gradients_twice():
     from {{ cookiecutter.project_slug }} import task
-    from {{ cookiecutter.project_slug }}.config import Config
 
     configure_determinism("strict")
-    train_set, _ = task.make_datasets(Config())
+    train_set, _ = task.make_datasets(settings())
     inputs, targets = (torch.stack([torch.as_tensor(part) for part in parts]).cuda()
                        for parts in zip(*(train_set[i] for i in range(64)), strict=True))
 
     def gradients() -> str:
         seed_everything(11)
-        model = task.make_model(Config(), train_set).cuda()
+        model = task.make_model(settings(), train_set).cuda()
         task.metrics_from_sums(task.batch_sums(model(inputs), targets))["loss"].backward()
         return state_dict_sha256({name: p.grad for name, p in model.named_parameters()})
 

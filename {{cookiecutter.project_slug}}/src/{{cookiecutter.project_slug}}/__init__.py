@@ -1,3 +1,13 @@
+{%- if cookiecutter.scope == "teaching" -%}
+"""{{ cookiecutter.project_slug }}: a PyTorch training project whose runs repeat bit for bit.
+
+    task.py      yours: the data, the model, the loss and the metrics
+    train.py     the training program: read it top to bottom (python -m {{ cookiecutter.project_slug }}.train)
+    utils/       what any project could copy: the reproducibility settings, the device, the seeded loader
+"""
+
+DEFAULT_SEED = {{ cookiecutter.seed|int }}  # the default --seed and --data-seed, chosen at bake time
+{%- else -%}
 """{{ cookiecutter.project_slug }}: a PyTorch training project whose runs repeat bit for bit.
 
     task.py      yours: the data, the model, the loss and the metrics
@@ -15,7 +25,7 @@ import sys
 from .engine.startup import relaunch_with_run_environment, started_as_module
 
 __version__ = "0.1.0"
-DEFAULT_SEED = {{ cookiecutter.seed }}  # the default --seed and --data-seed (config.py), chosen at bake time
+DEFAULT_SEED = {{ cookiecutter.seed|int }}  # the default --seed and --data-seed (config.py), chosen at bake time
 
 # The one thing this file does besides naming things, and only when the interpreter was started as
 # the train command (`python -m {{ cookiecutter.project_slug }}.train`, torchrun too; never on a plain
@@ -25,3 +35,4 @@ DEFAULT_SEED = {{ cookiecutter.seed }}  # the default --seed and --data-seed (co
 # engine/startup.py).
 if started_as_module(f"{__name__}.train"):
     relaunch_with_run_environment(sys.argv[1:], DEFAULT_SEED)
+{%- endif %}

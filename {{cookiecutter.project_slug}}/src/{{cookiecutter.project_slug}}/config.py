@@ -31,6 +31,9 @@ PARALLEL = ("ddp", "fsdp")
 # "execution": how a run executes, not what it computes (the tests prove it), so --resume may
 # change it; "fixed": set by the code or by torchrun, not a flag.
 EFFECTS = ("weights", "evaluation", "machine", "execution", "fixed")
+# Settings that earlier versions recorded and this one no longer has: a config.json that holds one
+# is read without it (what it chose is now fixed elsewhere, as its note says).
+RETIRED = {"dataset": "the example's data, now task.py's DATASET"}
 
 
 def integer(low: int, high: int | None = None):
@@ -122,7 +125,6 @@ class Config:
                             "it, gradients are averaged) or fsdp (each holds a shard of the weights, gradients and "
                             "optimizer state: FSDP2); their reductions may differ in the last bits, so it is kept "
                             "on --resume", choices=PARALLEL, effect="machine")
-    dataset: str = setting({{ cookiecutter.dataset|tojson }}, "the example's data (fixed by the code)", effect="fixed")
     world_size: int = setting(1, "processes under torchrun (set by torchrun)", effect="fixed")
     # How the run executes: --resume may change these.
     num_workers: int = setting(0, "DataLoader worker processes", integer(0), effect="execution")
@@ -167,6 +169,7 @@ class Config:
         (a run made before they existed). ValueError (one line) for a setting this code lacks, or a
         value its flag would refuse: a hand-edited config.json is refused before anything runs."""
         known = {f.name: f for f in fields(cls)}
+        data = {name: value for name, value in data.items() if name not in RETIRED}
         unknown = sorted(data.keys() - known.keys())
         if unknown:
             raise ValueError(f"it has settings that this code does not know: {', '.join(unknown)}")

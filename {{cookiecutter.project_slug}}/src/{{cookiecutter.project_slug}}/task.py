@@ -1,6 +1,9 @@
 """Yours: the task. Everything about the problem lives in this file; the rest of the package serves
 any task that keeps the promises below (README: "Bring your own task").
 
+`config` is the run's settings, one attribute per flag of train.py (`config.width` for --width):
+the example reads data_seed, width and dropout. The same file trains in both sizes of the project.
+
     make_datasets(config) -> (train_set, val_set)
         Ordinary map-style datasets: `len(ds)`, and `ds[i]` gives `(input, target)`. Random
         augmentation draws, per sample, in `__getitem__`, from Python's `random`, NumPy's
@@ -8,25 +11,25 @@ any task that keeps the promises below (README: "Bring your own task").
         (seed, epoch, index) before each sample, whatever the number of loader workers.
         Optional: a dataset's `draws_from` names the generators it draws from, ("torch",) say,
         or () for none; only those are then seeded, which saves a few µs a sample. Without it,
-        all three are. train.py refuses a dataset whose samples change with one it leaves out.
+        all three are. A generator it leaves out is not seeded per sample, and then draws
+        differently in each worker: name every one that any sample may draw from.
     make_model(config, train_set) -> nn.Module
         Built from what the data says (here: the image size and the number of classes), so no
         number is written twice. train.py seeds torch just before: the initial weights are a
         function of the seed.
     batch_sums(outputs, targets) -> dict of tensors
         The sums over one batch that the metrics are made of. Evaluation adds them up over every
-        batch of the split (and every process under torchrun) before it divides, so a mean is
-        right for any batch size and output shape: count what your metric averages over
-        (samples here; tokens for a language model).
+        batch of the split before it divides, so a mean is right for any batch size and output
+        shape: count what your metric averages over (samples here; tokens for a language model).
     metrics_from_sums(sums) -> dict of scalar tensors
         'loss' (what training minimises) and any other figures, by name. Called with one batch's
         sums for each training step (that 'loss' is the one back-propagated) and with a whole
         split's sums for evaluation.
     HEADLINE_METRIC
-        The figure that a study reports first.
+        The figure that a run's last line reports, beside the weights' hash.
 
-The example: small 8x8 grey images in ten classes, {{ cookiecutter.dataset }} by default
-(`config.dataset`), a little convolutional classifier, cross-entropy and accuracy.
+The example: small 8x8 grey images in ten classes ({{ cookiecutter.dataset }}: DATASET below), a
+little convolutional classifier, cross-entropy and accuracy.
 """
 
 from __future__ import annotations
@@ -41,10 +44,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from .config import Config
 from .utils.repro import Stream, derive_seed
 
 HEADLINE_METRIC = "accuracy"
+DATASET = {{ cookiecutter.dataset|tojson }}  # the example's data, chosen at bake time: "synthetic" or "digits"
 NUM_CLASSES = 10
 IMAGE_SIZE = 8
 VAL_FRACTION = 0.2
@@ -53,10 +56,10 @@ SYNTHETIC_SAMPLES = 2000
 
 # ---- data ------------------------------------------------------------------------------------
 
-def make_datasets(config: Config) -> tuple[Dataset, Dataset]:
-    """(train, validation) for `config.dataset`. Which samples go where is a function of
-    `config.data_seed`, not of `config.seed`: runs with other seeds are scored on the same samples."""
-    images, labels = load_arrays(config.dataset, config.data_seed)
+def make_datasets(config) -> tuple[Dataset, Dataset]:
+    """(train, validation) of DATASET. Which samples go where is a function of `config.data_seed`,
+    not of `config.seed`: runs with other seeds are scored on the same samples."""
+    images, labels = load_arrays(DATASET, config.data_seed)
     order = np.random.default_rng(derive_seed(config.data_seed, Stream.SPLIT)).permutation(len(labels))
     n_val = int(len(labels) * VAL_FRACTION)
     val, train = order[:n_val], order[n_val:]
@@ -142,7 +145,7 @@ def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
 
 # ---- model -----------------------------------------------------------------------------------
 
-def make_model(config: Config, train_set: ImageDataset) -> nn.Module:
+def make_model(config, train_set: ImageDataset) -> nn.Module:
     return Net(train_set.num_classes, train_set.image_size, width=config.width, dropout=config.dropout)
 
 

@@ -1,0 +1,87 @@
+"""What a run writes: its settings, what was in effect, every step's figures exactly, the weights
+and their hash; and a mistake on the command line, refused before anything is written."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from {{ cookiecutter.project_slug }} import task
+from {{ cookiecutter.project_slug }}.train import main
+from {{ cookiecutter.project_slug }}.utils.repro import state_dict_sha256
+
+from conftest import FAST, Run, python_env, settings, train_all
+
+# 1 unless this machine has a single core, so that torch's default (one thread per core) differs.
+THREADS = 1 if (os.cpu_count() or 1) > 1 else 2
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Run:
+    """One run, started the way a user starts it, from a shell whose PYTHONHASHSEED is another."""
+    root = tmp_path_factory.mktemp("run_folder")
+    return train_all(root, {"run": ("--seed", "3", "--threads", str(THREADS))}, env=python_env(PYTHONHASHSEED="123"))[
+        "run"]
+
+
+def test_a_run_folder_holds_its_config_environment_metrics_checkpoint_model_and_summary(run):
+    assert sorted(path.name for path in run.path.iterdir()) == [
+        "checkpoint.pt", "config.json", "environment.json", "metrics.csv", "model.pt", "summary.json"]
+    assert run.config["seed"] == 3 and run.config["epochs"] == 2
+    assert [row["step"] for row in run.metrics if row["split"] == "train"] == [
+        str(step) for step in range(1, run.summary["steps"] + 1)]
+    assert sum(row["split"] == "val" for row in run.metrics) == run.config["epochs"]
+
+
+def test_model_pt_loads_into_a_fresh_model_and_has_the_recorded_weights_hash(run):
+    weights = torch.load(run.path / "model.pt", weights_only=True)
+    config = settings()
+    task.make_model(config, task.make_datasets(config)[0]).load_state_dict(weights, strict=True)
+    assert state_dict_sha256(weights) == run.weights
+
+
+def test_the_last_metrics_row_holds_the_summarys_figures_exactly(run):
+    """metrics.csv keeps every bit (repr of each float): a file that rounded would hide drift."""
+    last = run.metrics[-1]
+    assert last["split"] == "val"
+    for name, value in last.items():
+        if name not in ("epoch", "step", "split"):
+            assert float(value) == run.summary[f"val_{name}"], name
+
+
+def test_the_thread_count_in_effect_is_the_configured_one(run):
+    assert run.environment["intra_op_threads"] == run.config["threads"] == THREADS
+
+
+def test_python_started_again_with_the_seed_as_its_hash_seed_whatever_the_shell_said(run):
+    assert run.environment["python_hash_seed"] == "3"
+
+
+BAD = {
+    "negative seed": ("--seed", "-1"),
+    "seed above 2**32-1": ("--seed", "4294967296"),
+    "zero epochs": ("--epochs", "0"),
+    "learning rate not a number": ("--lr", "fast"),
+    "comma-separated GPUs": ("--device", "cuda:1,2"),
+    "unknown determinism mode": ("--deterministic", "sometimes"),
+    "resume without a checkpoint": ("--resume",),
+}
+
+
+@pytest.mark.parametrize("flags", BAD.values(), ids=BAD.keys())
+def test_a_mistake_gets_one_line_and_exit_2_and_writes_nothing(flags, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out", str(tmp_path / "never"), *FAST, *flags])
+    assert exit_info.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_folder_that_holds_a_run_is_refused_and_left_as_it_was(run, capsys):
+    before = {path: path.read_bytes() for path in run.path.iterdir()}
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out", str(run.path), *FAST])
+    assert exit_info.value.code == 2 and "--resume" in capsys.readouterr().err
+    assert {path: path.read_bytes() for path in run.path.iterdir()} == before
