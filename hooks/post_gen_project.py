@@ -49,7 +49,7 @@ RESEARCH_ONLY = (
 )
 TEACHING_ONLY = (
     "notebooks",
-    *(f"tests/test_{name}.py" for name in ("workers", "eval_mode", "kill_and_resume", "run_folder", "notebook")),
+    *(f"tests/test_{name}.py" for name in ("workers", "run_folder", "notebook")),
 )
 
 

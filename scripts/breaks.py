@@ -49,14 +49,34 @@ class Break:
     caught_by: str  # a test id, tests/test_x.py::test_y
     gpu_only: bool = False
     why: str = ""  # for the mutation suite: what a contributor might have meant by it
+    scope: str | None = None  # the project size whose code it breaks; None: a file both sizes share
 
 
 def load(kind: str) -> list[Break]:
     """The breaks of breaks/<kind>.toml, in order."""
     entries = tomllib.loads((BREAKS / f"{kind}.toml").read_text(encoding="utf-8"))["break"]
     return [Break(name=e["name"], file=e["file"], function=e["function"], replace=e["replace"], with_=e["with"],
-                  caught_by=e["caught_by"], gpu_only=e.get("gpu_only", False), why=e.get("why", ""))
-            for e in entries]
+                  caught_by=e["caught_by"], gpu_only=e.get("gpu_only", False), why=e.get("why", ""),
+                  scope=e.get("scope")) for e in entries]
+
+
+SCOPES = ("research", "teaching")
+
+
+def patch_file(brk: Break, breaks: list[Break]) -> str:
+    """The name of the template file that holds `brk`'s patch, in its exercise's folder: break.patch,
+    or, for an exercise with an entry per size, a name that renders empty in a project of the other
+    size (as the per-language READMEs do)."""
+    sizes = [other.scope for other in breaks if other.name == brk.name]
+    if len(sizes) == 1:
+        return "break.patch"
+    return f"{{% if cookiecutter.scope == '{brk.scope}' %}}break.patch{{% endif %}}"
+
+
+def sizes_of(name: str, breaks: list[Break]) -> list[str]:
+    """The project sizes that have exercise `name`."""
+    scopes = [brk.scope for brk in breaks if brk.name == name]
+    return list(SCOPES) if None in scopes else [scope for scope in SCOPES if scope in scopes]
 
 
 def function_span(source: str, function: str) -> tuple[int, int]:
@@ -104,35 +124,39 @@ def patch_of(project: Path, brk: Break) -> str:
     return text.replace(package, SLUG)
 
 
-def bake(folder: Path) -> Path:
-    """The template as it is in this working tree, baked with its defaults (package TARGET_SLUG)."""
+def bake(folder: Path, scope: str = "research") -> Path:
+    """The template as it is in this working tree, baked with its defaults (package TARGET_SLUG) at
+    the size `scope`, into `folder`/`scope`/."""
     from cookiecutter.main import cookiecutter
 
-    return Path(cookiecutter(str(ROOT), no_input=True, output_dir=str(folder),
-                             extra_context={"project_name": TARGET_SLUG, "init_git": False}))
+    return Path(cookiecutter(str(ROOT), no_input=True, output_dir=str(folder / scope),
+                             extra_context={"project_name": TARGET_SLUG, "init_git": False, "scope": scope}))
 
 
 def patches(check: bool) -> int:
-    stale = []
+    stale, exercises = [], load("exercises")
     with tempfile.TemporaryDirectory() as scratch:
-        project = bake(Path(scratch))
-        for brk in load("exercises"):
-            path = EXERCISES / brk.name / "break.patch"
+        projects = {scope: bake(Path(scratch), scope) for scope in SCOPES}
+        for brk in exercises:
+            path = EXERCISES / brk.name / patch_file(brk, exercises)
             try:
-                text = patch_of(project, brk)
+                text = patch_of(projects[brk.scope or "research"], brk)
+                if brk.scope is None and patch_of(projects["teaching"], brk) != text:
+                    raise LookupError(f"break {brk.name}: its patch differs between the sizes; give it an entry "
+                                      "per size (scope = ...) in breaks/exercises.toml")
             except LookupError as error:
                 print(f"error: {error}", file=sys.stderr)
                 return 1
             if not path.exists() or path.read_text(encoding="utf-8") != text:
-                stale.append(brk.name)
+                stale.append(path.relative_to(EXERCISES).as_posix())
                 if not check:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_text(text, encoding="utf-8")
     if check and stale:
-        print(f"error: these break.patch files are not what breaks/exercises.toml gives: {', '.join(stale)}; "
+        print(f"error: these patches are not what breaks/exercises.toml gives: {', '.join(stale)}; "
               "run: python scripts/breaks.py patches", file=sys.stderr)
         return 1
-    print(f"{'checked' if check else 'wrote'} {len(load('exercises'))} patches" +
+    print(f"{'checked' if check else 'wrote'} {len(exercises)} patches" +
           (f" ({len(stale)} changed)" if stale and not check else ""))
     return 0
 

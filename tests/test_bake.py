@@ -39,6 +39,11 @@ COMBINATIONS = {
         "project_name": AWKWARD_NAME, "author_name": AWKWARD_NAME, "description": AWKWARD_NAME,
         "author_email": "", "license": "none", "seed": "4294967295", "language": "zh",
     },
+    "teaching": {"scope": "teaching"},
+    "teaching_digits_zh_warn": {
+        "scope": "teaching", "dataset": "digits", "language": "zh", "determinism": "warn", "seed": "007",
+        "pre_commit": False,
+    },
 }
 
 
@@ -106,11 +111,18 @@ def test_bakes_exactly_the_expected_files(baked):
 
 
 def test_the_core_files_are_there(baked):
-    """A check that does not lean on the template folder: these are what the README promises."""
+    """A check that does not lean on the template folder: these are what the READMEs promise."""
     package = baked.context["project_slug"]
-    core = {"README.md", "pyproject.toml", f"src/{package}/train.py", f"src/{package}/config.py",
-            f"src/{package}/task.py", f"src/{package}/engine/loop.py"}
-    assert core <= project_files(baked.project_path)
+    core = {"README.md", "pyproject.toml", f"src/{package}/train.py", f"src/{package}/task.py",
+            *(f"src/{package}/utils/{name}.py" for name in ("repro", "data", "device")), "tests/test_two_runs_match.py"}
+    if baked.context["scope"] == "research":
+        core |= {f"src/{package}/config.py", f"src/{package}/engine/loop.py", f"src/{package}/verify.py"}
+    else:
+        core |= {"notebooks/reproducibility.ipynb"}
+    files = project_files(baked.project_path)
+    assert core <= files
+    if baked.context["scope"] == "teaching":  # what a first lesson does not need
+        assert not any(name.startswith((f"src/{package}/engine", "slurm", "docs")) for name in files)
 
 
 def test_the_project_is_a_git_repository_exactly_when_init_git_is_true(baked):
@@ -188,6 +200,11 @@ def test_the_workflow_installs_the_cpu_torch_wheel_before_the_project_and_runs_b
         pytest.skip("github_actions is false: no workflow")
     workflow = yaml.safe_load((baked.project_path / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8"))
     steps = workflow["jobs"]["test"]["steps"]
+    if baked.context["scope"] == "teaching":  # one path: the CPU wheel, the project, lint, the tests
+        runs = [step["run"].split("#")[0].strip() for step in steps if "run" in step]
+        assert runs == ["python -m pip install torch --index-url https://download.pytorch.org/whl/cpu",
+                        'python -m pip install -e ".[dev]"', "ruff check .", "pytest"], runs
+        return
     # Two paths: a committed requirements.lock (its hash-checked stack, then the project alone), or none.
     for lock_committed in ("!=", "=="):
         runs = [step["run"].split("#")[0].strip() for step in steps

@@ -1,9 +1,11 @@
 """The generated project's break-it exercises, checked as the template's mutation test.
 
-For each `exercises/NN-name/` of a freshly baked project: its `break.patch` applies; with it applied,
-the test that its README names on the `Caught by:` line fails (unless the README says
-`Caught on: GPU only`); `git apply -R` gives back the committed tree, on which that test passes.
-And the README's proof matrix names only tests and exercises that exist.
+For each `exercises/NN-name/` of a freshly baked project, of either size: its `break.patch` applies;
+with it applied, the test that its README names on the `Caught by:` line fails (unless the README
+says `Caught on: GPU only`); `git apply -R` gives back the committed tree, on which that test
+passes. An exercise has one README for both sizes (and one test that catches it in both); its
+patch is one file, or one per size where the code it breaks differs by size. And the README's
+proof matrix names only tests and exercises that exist.
 
 Speed: the tests that the exercises name all run once on the unbroken project, in one pytest run
 (several share its training runs); then each patch gets one pytest run of its named test alone.
@@ -23,7 +25,7 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TEMPLATE_DIR, load
+from conftest import ROOT, TEMPLATE_DIR, load, post_gen
 
 breaks = load("breaks", ROOT / "scripts" / "breaks.py")
 
@@ -104,23 +106,40 @@ def defined_tests(project: Path) -> set[str]:
     return names
 
 
-@pytest.fixture(scope="module")
-def project(cookies_session) -> Path:
-    result = cookies_session.bake(extra_context={"exercises": True, "language": "en"}, template=str(ROOT))
-    assert result.exit_code == 0, result.exception
-    make_committed_repository(result.project_path)
-    return result.project_path
+DESCRIBED = breaks.load("exercises")
+SIZES = {exercise: breaks.sizes_of(exercise, DESCRIBED) for exercise in EXERCISES}
+IN_EACH_SIZE = [(scope, exercise) for exercise in EXERCISES for scope in SIZES[exercise]]
+
+
+def patch_files(exercise: str) -> list[str]:
+    """The template files of the exercise's patch: break.patch, or one per size."""
+    return sorted({breaks.patch_file(brk, DESCRIBED) for brk in DESCRIBED if brk.name == exercise})
 
 
 @pytest.fixture(scope="module")
-def unbroken(project, tmp_path_factory) -> dict[str, set[str]]:
-    """Every named test, run once on the project as generated: test id -> outcomes."""
-    assert unchanged(project)
-    report = tmp_path_factory.mktemp("unbroken") / "report.xml"
-    named = sorted({caught_by(exercise) for exercise in EXERCISES})
-    result = run_tests(project, f"--junitxml={report}", *named)
-    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
-    return outcomes(report)
+def projects(cookies_session) -> dict[str, Path]:
+    baked = {}
+    for scope in breaks.SCOPES:
+        result = cookies_session.bake(extra_context={"exercises": True, "language": "en", "scope": scope},
+                                      template=str(ROOT))
+        assert result.exit_code == 0, result.exception
+        make_committed_repository(result.project_path)
+        baked[scope] = result.project_path
+    return baked
+
+
+@pytest.fixture(scope="module")
+def unbroken(projects, tmp_path_factory) -> dict[str, dict[str, set[str]]]:
+    """Every named test, run once on each size's project as generated: size -> test id -> outcomes."""
+    found = {}
+    for scope, project in projects.items():
+        assert unchanged(project)
+        report = tmp_path_factory.mktemp(f"unbroken_{scope}") / "report.xml"
+        named = sorted({caught_by(exercise) for exercise in EXERCISES if scope in SIZES[exercise]})
+        result = run_tests(project, f"--junitxml={report}", *named)
+        assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+        found[scope] = outcomes(report)
+    return found
 
 
 def test_there_are_exercises_and_each_has_two_readmes_one_caught_by_line_and_a_patch():
@@ -133,17 +152,26 @@ def test_there_are_exercises_and_each_has_two_readmes_one_caught_by_line_and_a_p
         assert "{{" not in chinese and "{%" not in chinese, f"{exercise}/README.zh.md"
         assert CAUGHT_BY.findall(chinese) == [caught_by(exercise)], f"{exercise}: the Caught by lines differ"
         assert (GPU_ONLY in chinese.splitlines()) == gpu_only(exercise), f"{exercise}: the GPU-only lines differ"
-        assert (EXERCISES_DIR / exercise / "break.patch").is_file(), exercise
+        assert all((EXERCISES_DIR / exercise / name).is_file() for name in patch_files(exercise)), exercise
         for index in (EN, ZH):
             assert f"]({exercise}/)" in (EXERCISES_DIR / index).read_text(encoding="utf-8"), (index, exercise)
 
 
-def test_each_exercise_is_described_once_in_breaks_exercises_toml_with_its_readmes_test():
-    described = {brk.name: brk for brk in breaks.load("exercises")}
-    assert sorted(described) == EXERCISES
+def test_each_exercise_is_described_in_breaks_exercises_toml_once_or_once_per_size_with_its_readmes_test():
+    assert sorted({brk.name for brk in DESCRIBED}) == EXERCISES
     for exercise in EXERCISES:
-        assert described[exercise].caught_by == caught_by(exercise), exercise
-        assert described[exercise].gpu_only == gpu_only(exercise), exercise
+        entries = [brk for brk in DESCRIBED if brk.name == exercise]
+        scopes = sorted(str(brk.scope) for brk in entries)
+        assert scopes in (["None"], ["research"], ["research", "teaching"]), (exercise, scopes)
+        for brk in entries:  # one README for both sizes: the same test catches it in both
+            assert brk.caught_by == caught_by(exercise) and brk.gpu_only == gpu_only(exercise), exercise
+    assert [exercise for exercise in EXERCISES if "teaching" in SIZES[exercise]], "no exercise for teaching"
+
+
+def test_the_exercises_a_teaching_project_lacks_are_pruned_from_it_and_no_other():
+    research_only = {exercise for exercise in EXERCISES if SIZES[exercise] == ["research"]}
+    pruned = {path.split("/")[1] for path in post_gen.RESEARCH_ONLY if path.startswith("exercises/")}
+    assert pruned == research_only
 
 
 def test_the_committed_patches_are_the_ones_that_breaks_exercises_toml_gives_for_the_current_code(capsys):
@@ -152,10 +180,10 @@ def test_the_committed_patches_are_the_ones_that_breaks_exercises_toml_gives_for
     assert breaks.patches(check=True) == 0, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("exercise", EXERCISES)
-def test_a_patch_is_plain_text_but_the_package_name(exercise):
+@pytest.mark.parametrize("exercise, name", [(exercise, name) for exercise in EXERCISES for name in patch_files(exercise)])
+def test_a_patch_is_plain_text_but_the_package_name(exercise, name):
     """A patch renders for any package name, and holds no other template syntax."""
-    text = (EXERCISES_DIR / exercise / "break.patch").read_text(encoding="utf-8")
+    text = (EXERCISES_DIR / exercise / name).read_text(encoding="utf-8")
     rest = text.replace(SLUG, "")
     for syntax in ("{{", "{%", "{#", "my_project"):
         assert syntax not in rest, f"{exercise}/break.patch holds {syntax!r} outside {SLUG}"
@@ -163,34 +191,45 @@ def test_a_patch_is_plain_text_but_the_package_name(exercise):
     assert files and all(a == b and a.startswith("src/PKG/") for a, b in files), files
 
 
-def test_the_baked_exercises_hold_no_template_syntax_and_patch_the_packages_files(project):
+@pytest.mark.parametrize("scope", breaks.SCOPES)
+def test_the_baked_exercises_are_the_sizes_and_hold_no_template_syntax_and_patch_the_packages_files(scope, projects):
+    project = projects[scope]
+    assert sorted(path.name for path in (project / "exercises").iterdir() if path.is_dir()) == [
+        exercise for exercise in EXERCISES if scope in SIZES[exercise]]
     for path in (project / "exercises").rglob("*"):
         if path.is_file():
             text = path.read_text(encoding="utf-8")
             assert "{{" not in text and "{%" not in text, path
     for exercise in EXERCISES:
-        text = (project / "exercises" / exercise / "break.patch").read_text(encoding="utf-8")
-        assert f"--- a/src/{project.name}/" in text, exercise
+        if scope in SIZES[exercise]:
+            assert sorted(path.name for path in (project / "exercises" / exercise).iterdir()) == ["README.md",
+                                                                                                 "break.patch"]
+            text = (project / "exercises" / exercise / "break.patch").read_text(encoding="utf-8")
+            assert f"--- a/src/{project.name}/" in text, exercise
 
 
-def test_every_patch_applies_to_a_project_baked_with_other_options(cookies_session):
-    result = cookies_session.bake(extra_context=OTHER_OPTIONS, template=str(ROOT))
+@pytest.mark.parametrize("scope", breaks.SCOPES)
+def test_every_patch_applies_to_a_project_baked_with_other_options(scope, cookies_session):
+    result = cookies_session.bake(extra_context={**OTHER_OPTIONS, "scope": scope}, template=str(ROOT))
     assert result.exit_code == 0, result.exception
     other = result.project_path
     assert other.name == "other_name"
     git(other, "init", "-q")  # so that git apply reads paths from here, whatever folder holds it
     for exercise in EXERCISES:
-        check = git(other, "apply", "--check", f"exercises/{exercise}/break.patch")
-        assert check.returncode == 0, f"{exercise}: {check.stderr}"
+        if scope in SIZES[exercise]:
+            check = git(other, "apply", "--check", f"exercises/{exercise}/break.patch")
+            assert check.returncode == 0, f"{exercise}: {check.stderr}"
 
 
-def test_every_test_and_exercise_the_proof_matrix_names_exists(project):
+@pytest.mark.parametrize("scope", breaks.SCOPES)
+def test_every_test_and_exercise_the_proof_matrix_names_exists(scope, projects):
+    project = projects[scope]
     text = (project / "README.md").read_text(encoding="utf-8")
     assert text.count("\n## Proof matrix\n") == 1
     section = text.split("\n## Proof matrix\n", 1)[1].split("\n## ", 1)[0]
     table = [line for line in section.splitlines() if line.startswith("|") and not set(line) <= set("|- ")]
     rows = table[1:]  # without the header
-    assert len(rows) >= 18, table
+    assert len(rows) >= (18 if scope == "research" else 8), table
     defined, named_exercises = defined_tests(project), set()
     for row in rows:
         tests = re.findall(TEST_ID, row)
@@ -198,15 +237,17 @@ def test_every_test_and_exercise_the_proof_matrix_names_exists(project):
         missing = [test for test in tests if test not in defined]
         assert not missing, f"the proof matrix names tests that do not exist: {missing}"
         named_exercises.update(re.findall(r"\(exercises/(\d\d-[a-z0-9-]+)/\)", row))
-    assert named_exercises == set(EXERCISES), named_exercises ^ set(EXERCISES)
+    in_this_size = {exercise for exercise in EXERCISES if scope in SIZES[exercise]}
+    assert named_exercises == in_this_size, named_exercises ^ in_this_size
     assert all((project / "exercises" / name / "break.patch").is_file() for name in named_exercises)
-    missing = [caught_by(exercise) for exercise in EXERCISES if caught_by(exercise) not in defined]
+    missing = [caught_by(exercise) for exercise in in_this_size if caught_by(exercise) not in defined]
     assert not missing, f"exercises name tests that do not exist: {missing}"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("exercise", EXERCISES)
-def test_a_break_patch_makes_its_named_test_fail_and_comes_off_again(exercise, project, unbroken):
+@pytest.mark.parametrize("scope, exercise", IN_EACH_SIZE, ids=[f"{scope}:{exercise}" for scope, exercise in IN_EACH_SIZE])
+def test_a_break_patch_makes_its_named_test_fail_and_comes_off_again(scope, exercise, projects, unbroken):
+    project, unbroken = projects[scope], unbroken[scope]
     named, patch = caught_by(exercise), f"exercises/{exercise}/break.patch"
     assert unchanged(project), "an earlier exercise left the project changed"
     check = git(project, "apply", "--check", patch)

@@ -1,7 +1,7 @@
 """Every link and section reference in the READMEs resolves: no dead end, in either language.
 
-Checked: the template README, and in a project baked in each language (exercises included) its
-README, exercises/README.md and each exercise's README. A link to a file or folder must name one
+Checked: the template README, and in a project baked in each language and each size (exercises
+included) its README, its docs/ pages, exercises/README.md and each exercise's README. A link to a file or folder must name one
 that exists in the baked project (a folder shows its README on GitHub); a `#anchor` must be the
 anchor GitHub makes of one of the target's headings; a section named in prose ('see "Resuming"',
 '见下文“断点续训”') must be a heading of the same file. Web links are not followed (no network).
@@ -80,25 +80,36 @@ def dead_ends(path: Path, top: Path) -> list[str]:
     return problems
 
 
-def baked(tmp_path_factory, language: str) -> Path:
-    out = tmp_path_factory.mktemp(f"links_{language}")
-    result = cookiecutter_cli(out, f"language={language}", "exercises=yes", "init_git=no")
+SCOPES = ("research", "teaching")
+
+
+def baked(tmp_path_factory, language: str, scope: str) -> Path:
+    out = tmp_path_factory.mktemp(f"links_{language}_{scope}")
+    result = cookiecutter_cli(out, f"language={language}", f"scope={scope}", "exercises=yes", "init_git=no")
     assert result.returncode == 0, result.stderr
     return out / "my_project"
 
 
 @pytest.fixture(scope="module")
-def projects(tmp_path_factory) -> dict[str, Path]:
-    return {language: baked(tmp_path_factory, language) for language in ("en", "zh")}
+def projects(tmp_path_factory) -> dict[tuple[str, str], Path]:
+    return {(language, scope): baked(tmp_path_factory, language, scope) for language in ("en", "zh") for scope in SCOPES}
 
 
-def markdown_files() -> list[tuple[str, str]]:
-    """(language, path inside the project) of each README a baked project has, from the template folder."""
+def markdown_files() -> list[tuple[str, str, str]]:
+    """(language, size, path inside the project) of each Markdown page a baked project has: every
+    template file named for a language (README.md, docs/*.md) that the size keeps."""
     template = ROOT / "{{cookiecutter.project_slug}}"
     files = []
     for language in ("en", "zh"):
-        for source in sorted(template.rglob(f"{{% if cookiecutter.language == '{language}' %}}README.md*")):
-            files.append((language, (source.parent.relative_to(template) / "README.md").as_posix()))
+        for source in sorted(template.rglob(f"*cookiecutter.language == '{language}'*.md{{% endif %}}")):
+            name = source.name.split("%}", 1)[1].split("{%", 1)[0]
+            relative = (source.parent.relative_to(template) / name).as_posix()
+            for scope in SCOPES:
+                if f"cookiecutter.scope == '{scope}'" in source.name or "cookiecutter.scope" not in source.name:
+                    if not any(relative == path or relative.startswith(f"{path}/") for path in post_gen.paths_to_remove(
+                            {"scope": scope, "project_slug": "my_project", "license": "MIT", "github_actions": True,
+                             "pre_commit": True, "exercises": True})):
+                        files.append((language, scope, relative))
     return files
 
 
@@ -106,16 +117,26 @@ def test_the_template_readme_has_no_dead_end():
     assert dead_ends(ROOT / "README.md", ROOT) == []
 
 
-@pytest.mark.parametrize("language, relative", markdown_files(),
-                         ids=[f"{language}:{relative}" for language, relative in markdown_files()])
-def test_each_baked_readme_has_no_dead_end(language, relative, projects):
-    project = projects[language]
+@pytest.mark.parametrize("language, scope, relative", markdown_files(),
+                         ids=[f"{language}:{scope}:{relative}" for language, scope, relative in markdown_files()])
+def test_each_baked_readme_has_no_dead_end(language, scope, relative, projects):
+    project = projects[language, scope]
     assert dead_ends(project / relative, project) == []
 
 
+def test_every_docs_page_is_linked_from_the_readme_in_both_languages(projects):
+    for (language, scope), project in projects.items():
+        readme = (project / "README.md").read_text(encoding="utf-8")
+        pages = sorted(path.name for path in (project / "docs").glob("*.md")) if scope == "research" else []
+        assert pages or scope == "teaching", (language, scope)
+        for page in pages:
+            assert f"](docs/{page})" in readme, (language, page)
+
+
 @pytest.mark.parametrize("language", ["en", "zh"])
-def test_the_section_the_bakes_closing_message_names_is_a_heading_of_the_readme(language, projects):
-    text = (projects[language] / "README.md").read_text(encoding="utf-8")
+@pytest.mark.parametrize("scope", SCOPES)
+def test_the_section_the_bakes_closing_message_names_is_a_heading_of_the_readme(language, scope, projects):
+    text = (projects[language, scope] / "README.md").read_text(encoding="utf-8")
     assert post_gen.QUICK_START[language] in headings(text)
 
 

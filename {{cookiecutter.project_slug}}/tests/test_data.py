@@ -1,4 +1,5 @@
-"""Specifications of the data pipeline: order and every random draw are functions of the seed."""
+"""Specifications of the data pipeline beyond tests/test_loader.py: what a dataset declares it draws
+from, a failing sample named, and how the sampler shares and resumes an epoch."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import torch
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
 from {{ cookiecutter.project_slug }}.train import first
-from {{ cookiecutter.project_slug }}.utils.data import EpochSampler, KeyedRandomness, make_loader
+from {{ cookiecutter.project_slug }}.utils.data import EpochSampler, KeyedRandomness
 from {{ cookiecutter.project_slug }}.utils.repro import Stream
 
-from conftest import BATCH, SAMPLES, DrawsFrom
+from conftest import SAMPLES, DrawsFrom
 
 SEED = 3
 CONFIG = Config(seed=SEED)
@@ -23,84 +24,6 @@ CONFIG = Config(seed=SEED)
 
 def train_set():
     return first(task.make_datasets(CONFIG)[0], SAMPLES)
-
-
-def flat(batches) -> torch.Tensor:
-    """Every input tensor of a list of (input, target) batches, as one flat float tensor."""
-    return torch.cat([torch.as_tensor(batch[0]).reshape(-1).double() for batch in batches])
-
-
-def one_epoch(seed: int, num_workers: int, epoch: int = 0) -> torch.Tensor:
-    """Everything a fresh training loader yields in one epoch."""
-    loader = make_loader(train_set(), batch_size=BATCH, seed=seed, train=True, num_workers=num_workers)
-    loader.sampler.set_epoch(epoch)
-    return flat(list(loader))
-
-
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_one_seed_gives_the_same_order_and_augmented_values_from_two_fresh_loaders(num_workers):
-    assert torch.equal(one_epoch(SEED, num_workers), one_epoch(SEED, num_workers))
-
-
-def test_the_worker_count_changes_no_augmented_value():
-    assert torch.equal(one_epoch(SEED, 0), one_epoch(SEED, 2))
-
-
-def test_another_seed_gives_another_order():
-    assert not torch.equal(one_epoch(SEED, 0), one_epoch(SEED + 1, 0))
-
-
-def test_each_epoch_has_its_own_order():
-    assert not torch.equal(one_epoch(SEED, 0, epoch=0), one_epoch(SEED, 0, epoch=1))
-
-
-def augmented(dataset, key) -> torch.Tensor:
-    return torch.as_tensor(KeyedRandomness(dataset, seed=SEED, stream=0)[key][0]).double()
-
-
-def test_a_samples_draws_are_a_function_of_seed_epoch_and_index_not_of_global_state():
-    dataset = train_set()
-    random.seed(1)
-    np.random.seed(1)
-    torch.manual_seed(1)
-    first_draw = augmented(dataset, (2, 5))
-    random.seed(99)  # what a worker, or earlier samples, would have done to the global generators
-    np.random.seed(99)
-    torch.manual_seed(99)
-    assert torch.equal(augmented(dataset, (2, 5)), first_draw)
-    keyed = KeyedRandomness(dataset, seed=SEED, stream=0)
-    assert torch.equal(torch.as_tensor(keyed.__getitems__([(0, 1), (2, 5)])[1][0]).double(), first_draw)  # in a batch
-
-
-@pytest.mark.skipif(not hasattr(task, "random_shift_contrast_noise"),
-                    reason="about the example's augmentation, which this project's task.py replaced")
-def test_example_data_keys_that_differ_in_one_part_give_other_augmentations():
-    """Another epoch, another index (the same image), another stream or seed: other draws. A key
-    that dropped a part would give every sample of an epoch the same augmentation."""
-    dataset = train_set()
-    reference = augmented(dataset, (2, 5))
-    assert not torch.equal(augmented(dataset, (3, 5)), reference)  # epoch
-    repeated = torch.utils.data.ConcatDataset([dataset, dataset])  # sample 5 again, at another index
-    assert not torch.equal(augmented(repeated, (2, 5 + len(dataset))), reference)
-    assert not torch.equal(torch.as_tensor(KeyedRandomness(dataset, SEED, 1)[(2, 5)][0]).double(), reference)
-    assert not torch.equal(torch.as_tensor(KeyedRandomness(dataset, SEED + 1, 0)[(2, 5)][0]).double(), reference)
-
-
-@pytest.mark.skipif(not hasattr(task, "random_shift_contrast_noise"),
-                    reason="about the example's augmentation, which this project's task.py replaced")
-def test_example_data_the_augmentation_draws_from_all_three_global_generators():
-    """The example teaches the ordinary style, so a user's copy of it is covered by the loader."""
-    dataset = train_set()
-    draws = []
-    for seed_one in (random.seed, np.random.seed, torch.manual_seed):
-        for generator in (random.seed, np.random.seed, torch.manual_seed):
-            generator(0)
-        reference = dataset[5][0]
-        for generator in (random.seed, np.random.seed, torch.manual_seed):
-            generator(0)
-        seed_one(1)  # only this generator moves
-        draws.append(torch.equal(dataset[5][0], reference))
-    assert draws == [False, False, False]
 
 
 def generator_states() -> tuple:
@@ -121,18 +44,6 @@ def test_only_the_generators_a_dataset_declares_are_seeded_before_each_sample():
     torch.manual_seed(99)
     again = keyed.__getitems__(keys)
     assert all(map(operator.is_, again, first_fetch))  # the same samples, whatever torch's state was before
-
-
-def loader_epochs(dataset, workers: int) -> torch.Tensor:
-    loader = make_loader(dataset, batch_size=BATCH, seed=SEED, train=True, num_workers=workers)
-    return flat(list(loader))
-
-
-def test_negative_control_a_generator_the_loader_does_not_seed_changes_with_the_worker_count():
-    """The run-level test (test_a_dataset_that_declares_fewer_generators_...) could not pass by luck:
-    a dataset's draw from a generator that is left unseeded differs between 0 and 2 workers."""
-    undeclared = DrawsFrom(train_set(), "torch", draws_from=())  # a lie, which train.py would refuse
-    assert not torch.equal(loader_epochs(undeclared, 0), loader_epochs(undeclared, 2))
 
 
 def test_a_dataset_error_names_the_sample_and_the_original_error():

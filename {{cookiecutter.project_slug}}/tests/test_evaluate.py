@@ -1,4 +1,6 @@
-"""Specifications of evaluation: it observes the model and changes nothing, for this project's task."""
+"""Specifications of evaluation beyond tests/test_eval_mode.py (eval mode, nothing changed, the same figures
+twice, the mode restored): every figure a float, the whole split's mean, dropout off; and training
+in train mode whatever mode the model was in."""
 
 from __future__ import annotations
 
@@ -43,26 +45,6 @@ def trained_model_and_loader(trained):
     return model, loader
 
 
-def test_evaluate_changes_no_parameter_and_no_buffer(trained_model_and_loader):
-    model, loader = trained_model_and_loader
-    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    evaluate(model, loader, CPU)
-    after = model.state_dict()
-    assert all(torch.equal(before[name], after[name]) for name in before)
-
-
-@pytest.mark.skipif(not hasattr(task, "Net"), reason="about the example's model (BatchNorm), which task.py replaced")
-def test_example_model_the_batchnorm_statistics_that_evaluation_must_not_move_exist(trained_model_and_loader):
-    """The control of the test above: the example's model has statistics that train mode moves."""
-    model, _ = trained_model_and_loader
-    assert any("running_mean" in name for name in model.state_dict())
-
-
-def test_two_evaluations_give_identical_results(trained_model_and_loader):
-    model, loader = trained_model_and_loader
-    assert evaluate(model, loader, CPU) == evaluate(model, loader, CPU)
-
-
 def test_evaluation_returns_every_figure_of_the_task_as_a_float(trained_model_and_loader):
     model, loader = trained_model_and_loader
     figures = evaluate(model, loader, CPU)
@@ -92,25 +74,6 @@ def test_dropout_is_inactive_during_evaluation(trained_model_and_loader):
     for hook in hooks:
         hook.remove()
     assert seen and all(not training and unchanged for training, unchanged in seen)
-
-
-def test_evaluation_restores_the_mode_it_found(trained_model_and_loader):
-    model, loader = trained_model_and_loader
-    model.train()
-    evaluate(model, loader, CPU)
-    assert model.training and all(m.training for m in model.modules())
-    model.eval()
-    evaluate(model, loader, CPU)
-    assert not model.training
-
-
-def test_evaluation_figures_do_not_depend_on_the_random_generators_state(trained_model_and_loader):
-    """Nothing random in evaluation: the figures are the same whatever the generators hold."""
-    model, loader = trained_model_and_loader
-    torch.manual_seed(1)
-    first = evaluate(model, loader, CPU)
-    torch.manual_seed(2)
-    assert evaluate(model, loader, CPU) == first
 
 
 def test_training_runs_in_train_mode_whatever_mode_the_model_was_left_in(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
@@ -138,3 +139,19 @@ def test_a_model_that_fails_mid_run_keeps_the_steps_before_and_names_the_line(tm
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "stopped at step 2: RuntimeError: shape mismatch in my layer (in test_failures.py, line " in line
     assert (out / "checkpoints" / "step-00000002.pt").exists() and (out / "error.log").exists()
+
+
+def test_an_op_that_strict_mode_refuses_is_explained_in_one_line():
+    """What a run that strict mode stops says (engine/endings.py), for the op tests/test_repro.py refuses."""
+    from {{ cookiecutter.project_slug }}.engine.endings import explain_nondeterministic_error
+    from {{ cookiecutter.project_slug }}.utils.repro import configure_determinism
+
+    pooled, indices = torch.nn.functional.max_pool2d(torch.rand(1, 1, 4, 4), 2, return_indices=True)
+    configure_determinism("strict")
+    with pytest.raises(RuntimeError) as refused:
+        torch.nn.functional.max_unpool2d(pooled, indices, 2)  # documented as having no deterministic kernel
+    line = explain_nondeterministic_error(refused.value, "cuda")
+    assert "max_unpooling2d_forward_out" in line and "--deterministic warn" in line and "on the CPU" in line
+    assert "\n" not in line
+    assert "on the CPU" not in explain_nondeterministic_error(refused.value, "cpu")  # already there
+    assert explain_nondeterministic_error(RuntimeError("out of memory"), "cpu") is None

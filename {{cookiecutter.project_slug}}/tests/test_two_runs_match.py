@@ -3,7 +3,9 @@ same metrics.csv, every step's loss and every evaluation; another seed, other we
 
 Fresh processes, as a user reruns: a match cannot come from state shared inside one process. The
 two runs of one seed are launched from "shells" with other PYTHONHASHSEED values, and the weights
-are compared by the sha256 of their state_dict, not by a tolerance. This file needs nothing else
+are compared by the sha256 of their state_dict, not by a tolerance. Then what the match rests on:
+each run hashed strings with its own seed and used its recorded thread count, whatever the shell
+and the machine said, and metrics.csv holds every bit of each figure. This file needs nothing else
 of the tests: it is the whole proof.
 """
 
@@ -36,9 +38,10 @@ def train_in_fresh_processes(root: Path, runs: dict[str, tuple[int, str]]) -> di
     results = {}
     for name, process in started.items():
         assert process.wait(timeout=600) == 0, (root / f"{name}.err").read_text()[-3000:]
-        summary = json.loads((root / name / "summary.json").read_text(encoding="utf-8"))
-        results[name] = {"weights": summary["weights_sha256"],
-                         "metrics": (root / name / "metrics.csv").read_text(encoding="utf-8")}
+        files = {file: json.loads((root / name / f"{file}.json").read_text(encoding="utf-8"))
+                 for file in ("config", "environment", "summary")}
+        results[name] = {"weights": files["summary"]["weights_sha256"],
+                         "metrics": (root / name / "metrics.csv").read_text(encoding="utf-8"), **files}
     return results
 
 
@@ -58,3 +61,27 @@ def test_another_seed_gives_other_weights_and_other_losses(runs):
     """The negative control: without it, the test above could pass by never changing anything."""
     assert runs["other_seed"]["weights"] != runs["first"]["weights"]
     assert runs["other_seed"]["metrics"] != runs["first"]["metrics"]
+
+
+def test_each_run_hashed_strings_with_its_seed_whatever_the_shell_said(runs):
+    """Python reads PYTHONHASHSEED once, as it starts: the run starts again with it set from --seed
+    (a set of strings then iterates in one order), and records what its interpreter started with."""
+    for run in runs.values():
+        assert run["environment"]["python_hash_seed"] == str(run["config"]["seed"])
+
+
+def test_each_run_used_the_thread_count_it_records_not_the_machines(runs):
+    """torch's default is one thread per core; a sum split over another number of threads adds up
+    in another order. (On a one-core machine the default is the recorded 1: this cannot fail there.)"""
+    for run in runs.values():
+        assert run["environment"]["intra_op_threads"] == run["config"]["threads"]
+
+
+def test_metrics_csv_keeps_every_bit_its_last_row_is_the_summarys_final_figures(runs):
+    """Each figure is written as repr() of the float, which gives back the very same float: a file
+    that rounded would hide from every comparison above the drift it is meant to catch."""
+    for run in runs.values():
+        header, *_, last = (line.split(",") for line in run["metrics"].splitlines())
+        assert last[2] == "val"
+        for name, value in zip(header[3:], last[3:], strict=True):
+            assert float(value) == run["summary"][f"val_{name}"], name

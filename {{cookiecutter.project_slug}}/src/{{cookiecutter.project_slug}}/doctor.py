@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from .engine.cli import make_parser, prog
+from .engine.endings import explain_nondeterministic_error
 from .engine.environment import (
     NOTABLE_CPU_FLAGS,
     cpu_libraries,
@@ -46,7 +47,6 @@ from .utils.repro import (
     DETERMINISM_MODES,
     configure_determinism,
     determinism_flags,
-    explain_nondeterministic_error,
     state_dict_sha256,
 )
 

@@ -6,13 +6,13 @@ train.py calls these where the run ends; they say where it ended and how to cont
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from ..config import Config
-from ..utils.repro import explain_nondeterministic_error
 from . import distributed
 from .cli import prog
 from .plan import Plan
@@ -83,3 +83,14 @@ def resume_command(plan: Plan) -> str:
     if plan.config.world_size == 1 and plan.config.parallel != "fsdp":
         return f"{prog('train')} --out {plan.out} --resume"
     return "the same torchrun command plus --resume"
+
+
+def explain_nondeterministic_error(error: BaseException, device_type: str = "cuda") -> str | None:
+    """One line that names the op strict mode refused, and the ways out; None for other errors."""
+    match = re.search(r"(\S+) does not have a deterministic implementation", str(error))
+    if match is None:
+        return None
+    cpu = "" if device_type == "cpu" else "; or run on the CPU, where more ops have one"
+    return (f"the op {match.group(1)} has no deterministic implementation on this device, so strict mode "
+            "stopped. Options: --deterministic warn (run it anyway, warn, and lose the bitwise guarantee); "
+            f"replace the op with one that has a deterministic kernel{cpu}")

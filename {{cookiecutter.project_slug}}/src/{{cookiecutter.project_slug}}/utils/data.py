@@ -2,9 +2,8 @@
 any number of workers.
 
 This file needs only repro.py beside it: copy both into any PyTorch project. Then build each
-loader with `make_loader(dataset, batch_size, seed, train=...)`, call
-`loader.sampler.set_epoch(epoch)` before each epoch, and take the dataset's samples as usual.
-You need not edit it here: put your data in task.py (`make_datasets`) and it applies.
+loader with `make_loader(dataset, batch_size, seed, train=...)` and call
+`loader.sampler.set_epoch(epoch)` before each epoch. Here, put your data in task.py.
 
 A dataset written the usual way draws its augmentation from the global generators (Python's
 `random`, NumPy's `np.random`, torch's `torch.rand`), as torchvision and albumentations
@@ -23,10 +22,9 @@ Here, three pieces make the data stream a function of (seed, epoch, index) alone
   any other sample, and after a resume. With 0 workers it runs in the training process and leaves
   the generators seeded for its last sample: harmless, since the training loop seeds them again
   before every forward pass (repro.py: seed_step).
-  Seeding is most of what this machinery costs a sample, Python's `random` the largest part (the
-  template's benchmarks/run.py measures each). So a dataset may say which generators its
-  `__getitem__` draws from, in an attribute: `draws_from = ("torch",)` (torchvision's transforms
-  draw from torch alone), `draws_from = ()` (no random augmentation); only those are seeded.
+  Seeding is most of what this costs a sample, so a dataset may say which generators its
+  `__getitem__` draws from: `draws_from = ("torch",)` (torchvision's transforms draw from torch
+  alone), `draws_from = ()` (no random augmentation); only those are seeded.
   Without the attribute, all three are. A dataset that draws from a generator it leaves out would
   draw differently in each worker: declare every generator that any sample may draw from.
 - the loader's own generator is seeded, so making an iterator draws nothing from torch's

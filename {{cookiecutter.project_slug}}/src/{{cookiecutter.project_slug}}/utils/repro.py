@@ -31,10 +31,10 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import re
 import sys
 from collections.abc import Collection, Mapping
 from enum import IntEnum
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -58,10 +58,19 @@ def check_seed(seed: object) -> int:
 
 
 def hash_seed_in_effect() -> str:
-    """What this interpreter's string hashing uses: the PYTHONHASHSEED it started with, or 'random'."""
-    if sys.flags.ignore_environment or not os.environ.get("PYTHONHASHSEED"):
+    """What this interpreter's string hashing uses: the PYTHONHASHSEED it started with, or 'random'.
+
+    Read from the environment the process started with, which Linux keeps in /proc/self/environ:
+    a value put into os.environ since then is not in effect. Elsewhere, what os.environ says.
+    """
+    if sys.flags.ignore_environment:
         return "random"
-    return os.environ["PYTHONHASHSEED"]
+    try:
+        started = Path("/proc/self/environ").read_bytes().split(b"\0")
+        value = next((item.split(b"=", 1)[1].decode() for item in started if item.startswith(b"PYTHONHASHSEED=")), "")
+    except OSError:
+        value = os.environ.get("PYTHONHASHSEED", "")
+    return value or "random"
 
 
 def restart_with_hash_seed(seed: int) -> None:
@@ -162,17 +171,12 @@ GLOBAL_GENERATORS = ("random", "numpy", "torch")  # Python's `random`, NumPy's `
 def seed_global_generators(seed: int, device: torch.device | None = None,
                            generators: Collection[str] = GLOBAL_GENERATORS) -> None:
     """Seeds Python's `random`, NumPy's global generator and torch's CPU generator (or only those
-    of them named in `generators`) from one 64-bit seed, and `device`'s generator if it is a GPU:
-    what the loader does before each sample (on the CPU), and the loop before each micro-batch (on
-    the training device).
+    named in `generators`) from one 64-bit seed, and `device`'s generator if it is a GPU: what the
+    loader does before each sample, and the training loop before each step.
 
-    Each is a Mersenne Twister, whose seeding fills 624 words of state, and whose first draw after
-    it computes 624 more. Python's costs the most (it mixes the seed in over three passes), then
-    NumPy's, then torch's: a few µs in all, which the template's benchmarks/run.py measures part by
-    part. Not torch.manual_seed, which also visits every GPU and other backend: over a hundred times
-    the cost of seeding the CPU generator alone, on this project's CI machine
-    (`python -m timeit -s "import torch" "torch.manual_seed(1)"`, then the same with
-    `"torch.default_generator.manual_seed(1)"`).
+    Costs: each is a Mersenne Twister, whose seeding fills 624 words of state; Python's costs the
+    most, then NumPy's, then torch's: a few µs in all. Not torch.manual_seed, which also visits
+    every GPU and backend, at a hundred times the cost of seeding the CPU generator alone.
     """
     if "random" in generators:
         random.seed(seed)
@@ -280,17 +284,6 @@ def _require_cublas_workspace_config() -> None:
             f"tensor goes to the GPU, or start Python with CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE_CONFIG}."
         )
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE_CONFIG
-
-
-def explain_nondeterministic_error(error: BaseException, device_type: str = "cuda") -> str | None:
-    """One line that names the op strict mode refused, and the ways out; None for other errors."""
-    match = re.search(r"(\S+) does not have a deterministic implementation", str(error))
-    if match is None:
-        return None
-    cpu = "" if device_type == "cpu" else "; or run on the CPU, where more ops have one"
-    return (f"the op {match.group(1)} has no deterministic implementation on this device, so strict mode "
-            "stopped. Options: --deterministic warn (run it anyway, warn, and lose the bitwise guarantee); "
-            f"replace the op with one that has a deterministic kernel{cpu}")
 
 
 def determinism_flags() -> dict[str, object]:
