@@ -29,8 +29,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-GENERATED_README = ROOT / "{{cookiecutter.project_slug}}" / (
-    "{% if cookiecutter.language == 'en' and cookiecutter.scope == 'research' %}README.md{% endif %}")
+# The generated project's page of other tasks (docs/tasks.md, English), which holds them as code blocks.
+TASKS_PAGE = ROOT / "{{cookiecutter.project_slug}}" / "docs" / (
+    "{% if cookiecutter.language == 'en' %}tasks.md{% endif %}")
 TASK_BLOCK = re.compile(r"```python\n(# task\.py: (.+?)\n.*?)```", re.DOTALL)
 NAMES = {"a next-token language model on a small made-up text": "language_model",
          "a regression, MSE loss and mean absolute error": "regression"}
@@ -38,7 +39,7 @@ NAMES = {"a next-token language model on a small made-up text": "language_model"
 
 def readme_tasks() -> dict[str, str]:
     """The README's complete task.py files, by short name (`language_model`, `regression`)."""
-    text = GENERATED_README.read_text(encoding="utf-8")
+    text = TASKS_PAGE.read_text(encoding="utf-8")
     return {NAMES.get(match.group(2), match.group(2)): match.group(1) for match in TASK_BLOCK.finditer(text)}
 
 

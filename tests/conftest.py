@@ -76,3 +76,8 @@ def readme_template(scope: str, language: str) -> Path:
 
 GENERATED_README = {language: readme_template("research", language) for language in ("en", "zh")}
 TEACHING_README = {language: readme_template("teaching", language) for language in ("en", "zh")}
+
+
+def docs_page(name: str, language: str = "en") -> Path:
+    """A page of the research size's docs/ (docs/NAME.md in a project), one template file per language."""
+    return TEMPLATE_DIR / "docs" / f"{{% if cookiecutter.language == '{language}' %}}{name}.md{{% endif %}}"

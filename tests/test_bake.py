@@ -125,6 +125,26 @@ def test_the_core_files_are_there(baked):
         assert not any(name.startswith((f"src/{package}/engine", "slurm", "docs")) for name in files)
 
 
+# What differs between the two sizes by design: every other file that both have is one file for both.
+DIFFERS_BY_SIZE = {"README.md", "pyproject.toml", ".github/workflows/ci.yml", "src/{package}/__init__.py",
+                   "src/{package}/train.py", "tests/conftest.py", "exercises/README.md"}
+
+
+def test_the_two_sizes_share_utils_task_py_and_the_shared_proofs_byte_for_byte(cookies):
+    sizes = {scope: cookies.bake(extra_context={"scope": scope, "init_git": False}).project_path
+             for scope in ("research", "teaching")}
+    research, teaching = sizes["research"], sizes["teaching"]
+    package = research.name
+    both = project_files(research) & project_files(teaching)
+    different = {name for name in both if (research / name).read_bytes() != (teaching / name).read_bytes()}
+    by_design = {name.format(package=package) for name in DIFFERS_BY_SIZE}
+    patches = {name for name in different if name.startswith("exercises/") and name.endswith("/break.patch")}
+    assert different - patches == by_design
+    for shared in ("utils/__init__.py", "utils/repro.py", "utils/data.py", "utils/device.py", "task.py"):
+        assert f"src/{package}/{shared}" in both - different, shared
+    assert {"tests/test_two_runs_match.py", "tests/test_repro.py"} <= both - different
+
+
 def test_the_project_is_a_git_repository_exactly_when_init_git_is_true(baked):
     assert (baked.project_path / ".git").is_dir() == baked.context["init_git"]
 

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 import torch
-from conftest import GENERATED_README, ROOT
+from conftest import ROOT, docs_page
 from test_readme_zh import FIGURE, INLINE_CODE
 
 # The issue-22 targets, and what the READMEs quote besides.
@@ -97,13 +97,13 @@ def test_the_readme_quotes_the_committed_results():
 
 @pytest.mark.parametrize("language", ["en", "zh"])
 def test_the_generated_readmes_quote_the_committed_results_for_the_cost_of_keyed_randomness(language):
-    """The knob table of each generated README says what seeding before every sample and every
-    micro-batch costs, and what strict costs; those figures are results.json's, so a new run cannot
-    leave old ones there."""
+    """The knob table of each generated reproducibility guide (docs/reproducibility.md) says what
+    seeding before every sample and every micro-batch costs, and what strict costs; those figures are
+    results.json's, so a new run cannot leave old ones there."""
     results = json.loads((ROOT / "benchmarks" / "results.json").read_text(encoding="utf-8"))
     profile, date = results["keyed_randomness_us_per_sample"], results["machine"]["date"][:10]
     slow = sorted(round(100 * (1 - results[f"slow_loader_vs_plain_{n}_workers"])) for n in (0, 2))
-    readme = GENERATED_README[language].read_text(encoding="utf-8")
+    readme = docs_page("reproducibility", language).read_text(encoding="utf-8")
     lines = [line for line in readme.splitlines() if line.startswith("|")]
     loop_row, loader_row = [line for line in lines if " µs" in line and (
         "`utils/data.py: KeyedRandomness`" in line or "keyed_randomness" in line)]

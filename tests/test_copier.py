@@ -25,7 +25,7 @@ from conftest import (
     load,
     pre_gen,
 )
-from test_bake import COMBINATIONS
+from test_bake import COMBINATIONS, run_generated_suite
 from test_hooks import REFUSALS, REFUSED_BY_COOKIECUTTER, defaults
 
 generator = load("generate_copier", ROOT / "scripts" / "generate_copier.py")
@@ -259,3 +259,33 @@ def test_copier_update_brings_a_template_change_in_and_the_users_edit_survives(t
     commit_all(project, "Update from the template", env)
     check = copier_cli("check-update", cwd=project, env=env)
     assert check.returncode == 0 and "up-to-date" in (check.stdout + check.stderr).lower(), check.stderr
+
+
+@pytest.mark.slow
+def test_a_teaching_project_grows_into_the_research_size_by_copier_update_and_keeps_its_task(tmp_path, env):
+    """The template README's "Growing up": a teaching project whose task.py the user changed,
+    updated with `--data scope=research`, is the research project with that task.py, and the
+    research size's own suite passes with it."""
+    template = copy_template(tmp_path / "template")
+    git(template, "init", "-q", env=env)
+    commit_all(template, "template", env)
+    project = tmp_path / "projects" / "course"
+    copied = copier_cli("copy", "--trust", "--defaults", "--data", "scope=teaching", str(template), str(project),
+                        env=env)
+    assert copied.returncode == 0, copied.stdout + copied.stderr
+    package = project / "src" / "my_project"  # the package is named after the project's name, not the folder
+    assert (project / "notebooks").is_dir() and not (package / "engine").exists()
+    task = package / "task.py"
+    users_task = task.read_text(encoding="utf-8").replace("128", "96")  # the user's own model: a narrower layer
+    assert users_task != task.read_text(encoding="utf-8")
+    task.write_text(users_task, encoding="utf-8")
+    commit_all(project, "My model", env)
+
+    update = copier_cli("update", "--trust", "--defaults", "--data", "scope=research", cwd=project, env=env)
+    assert update.returncode == 0, update.stdout + update.stderr
+    assert task.read_text(encoding="utf-8") == users_task
+    assert yaml.safe_load((project / ANSWERS_FILE).read_text(encoding="utf-8"))["scope"] == "research"
+    assert (package / "engine").is_dir() and (package / "config.py").is_file()
+    assert not (project / "notebooks").exists() and not (project / "tests" / "test_notebook.py").exists()
+    assert "torchrun" in (package / "train.py").read_text(encoding="utf-8")
+    run_generated_suite(project)

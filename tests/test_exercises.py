@@ -180,7 +180,8 @@ def test_the_committed_patches_are_the_ones_that_breaks_exercises_toml_gives_for
     assert breaks.patches(check=True) == 0, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("exercise, name", [(exercise, name) for exercise in EXERCISES for name in patch_files(exercise)])
+@pytest.mark.parametrize("exercise, name", [(exercise, name) for exercise in EXERCISES
+                                            for name in patch_files(exercise)])
 def test_a_patch_is_plain_text_but_the_package_name(exercise, name):
     """A patch renders for any package name, and holds no other template syntax."""
     text = (EXERCISES_DIR / exercise / name).read_text(encoding="utf-8")
@@ -245,7 +246,8 @@ def test_every_test_and_exercise_the_proof_matrix_names_exists(scope, projects):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scope, exercise", IN_EACH_SIZE, ids=[f"{scope}:{exercise}" for scope, exercise in IN_EACH_SIZE])
+@pytest.mark.parametrize("scope, exercise", IN_EACH_SIZE,
+                         ids=[f"{scope}:{exercise}" for scope, exercise in IN_EACH_SIZE])
 def test_a_break_patch_makes_its_named_test_fail_and_comes_off_again(scope, exercise, projects, unbroken):
     project, unbroken = projects[scope], unbroken[scope]
     named, patch = caught_by(exercise), f"exercises/{exercise}/break.patch"

@@ -198,8 +198,12 @@ def test_post_gen_removes_what_the_options_turned_off_and_can_run_twice(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md"]
 
 
-def test_post_gen_keeps_everything_the_options_turned_on(tmp_path):
-    assert post_gen.paths_to_remove(defaults()) == []
+def test_post_gen_keeps_everything_the_options_turned_on_and_only_the_sizes_own_files(tmp_path):
+    """The defaults turn every option on: what goes is what only the other size has."""
+    assert post_gen.paths_to_remove(defaults()) == list(post_gen.TEACHING_ONLY)
+    teaching = post_gen.paths_to_remove(defaults(scope="teaching"))
+    assert teaching == [path.format(package="my_project") for path in post_gen.RESEARCH_ONLY]
+    assert "src/my_project/engine" in teaching and "notebooks" not in teaching
 
 
 def test_the_next_steps_message_is_one_line_when_there_is_nothing_to_warn_about(tmp_path):

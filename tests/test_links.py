@@ -1,11 +1,12 @@
 """Every link and section reference in the READMEs resolves: no dead end, in either language.
 
 Checked: the template README, and in a project baked in each language and each size (exercises
-included) its README, its docs/ pages, exercises/README.md and each exercise's README. A link to a file or folder must name one
-that exists in the baked project (a folder shows its README on GitHub); a `#anchor` must be the
-anchor GitHub makes of one of the target's headings; a section named in prose ('see "Resuming"',
-'见下文“断点续训”') must be a heading of the same file. Web links are not followed (no network).
-Each file is its own test, named by its path, so a failure says which file and which links.
+included) its README, its docs/ pages, exercises/README.md and each exercise's README. A link to a
+file or folder must name one that exists in the baked project (a folder shows its README on
+GitHub); a `#anchor` must be the anchor GitHub makes of one of the target's headings; a section
+named in prose ('see "Resuming"', '见下文“断点续训”') must be a heading of the same file. Web links
+are not followed (no network). Each file is its own test, named by its path, so a failure says
+which file and which links.
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ def baked(tmp_path_factory, language: str, scope: str) -> Path:
 
 @pytest.fixture(scope="module")
 def projects(tmp_path_factory) -> dict[tuple[str, str], Path]:
-    return {(language, scope): baked(tmp_path_factory, language, scope) for language in ("en", "zh") for scope in SCOPES}
+    return {(language, scope): baked(tmp_path_factory, language, scope)
+            for language in ("en", "zh") for scope in SCOPES}
 
 
 def markdown_files() -> list[tuple[str, str, str]]:

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import GENERATED_README, cookiecutter_cli
+from conftest import cookiecutter_cli, docs_page
 
 pytestmark = pytest.mark.slow  # a few minutes: a resolution, a download and a fresh venv with torch
 LOCK_COMMAND = re.compile(r"^uv pip compile .*$", re.MULTILINE)
@@ -71,7 +71,7 @@ def pins(lock: str) -> dict[str, str]:
 
 
 def test_the_readme_lock_command_makes_a_hashed_lock_that_installs_offline_into_a_fresh_venv(tmp_path):
-    [command] = LOCK_COMMAND.findall(GENERATED_README["en"].read_text(encoding="utf-8"))
+    [command] = LOCK_COMMAND.findall(docs_page("locking").read_text(encoding="utf-8"))
     uv_run, wheel = uv(), local_torch_wheel()
     if uv_run is None:
         pytest.skip("uv is not installed here (requirements-dev.txt lists it; scripts/setup_env.sh installs it)")

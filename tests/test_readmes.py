@@ -12,7 +12,7 @@ try:  # Python 3.11+
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from conftest import GENERATED_README, ROOT, TEMPLATE_DIR
+from conftest import GENERATED_README, ROOT, TEACHING_README, TEMPLATE_DIR, docs_page, load
 
 CPU_WHEEL = "python -m pip install torch --index-url https://download.pytorch.org/whl/cpu"
 INSTALL_PROJECT = 'python -m pip install -e ".[dev]"'
@@ -43,9 +43,9 @@ def test_the_template_readme_sets_up_a_venv_then_the_cpu_wheel_then_bakes_and_in
     assert_in_order(text, "-m venv .venv", CPU_WHEEL, "cookiecutter repro-template", INSTALL_PROJECT)
 
 
-def test_the_generated_readme_sets_up_a_venv_then_the_cpu_wheel_then_the_project():
-    text = GENERATED_README["en"].read_text(encoding="utf-8")
-    assert_in_order(text, "-m venv .venv", CPU_WHEEL, INSTALL_PROJECT, "pytest")
+def test_the_generated_readmes_set_up_a_venv_then_the_cpu_wheel_then_the_project():
+    for readme in (GENERATED_README["en"], TEACHING_README["en"]):
+        assert_in_order(readme.read_text(encoding="utf-8"), "-m venv .venv", CPU_WHEEL, INSTALL_PROJECT, "pytest")
 
 
 def test_the_template_and_project_quick_starts_are_one_environment_installing_torch_once():
@@ -53,7 +53,7 @@ def test_the_template_and_project_quick_starts_are_one_environment_installing_to
     project README's own commands; both READMEs say that this .venv is the project's too."""
     template = quick_start_commands((ROOT / "README.md").read_text(encoding="utf-8"))
     assert sum(command.startswith("python -m pip install torch") for command in template) == 1
-    for language, path in GENERATED_README.items():
+    for language, path in [*GENERATED_README.items(), *TEACHING_README.items()]:
         text = path.read_text(encoding="utf-8")
         project = [command.replace("{{ cookiecutter.project_slug }}", "my_project")
                    for command in quick_start_commands(text)]
@@ -102,13 +102,14 @@ def test_git_ignores_the_folders_that_the_readmes_commands_write(cookies):
 def test_the_generated_readme_says_the_batch_size_is_the_global_batch_and_how_it_is_shared():
     text = GENERATED_README["en"].read_text(encoding="utf-8")
     assert "| `--batch-size` | 64 | the global batch: samples per optimizer step, over all processes and" in text
-    assert "each process takes 64 / (4 × 2) = 8 samples at a time" in text
+    distributed = docs_page("distributed").read_text(encoding="utf-8")
+    assert "each process takes 64 / (4 × 2) = 8 samples at a time" in distributed
 
 
 def test_the_generated_readme_teaches_bringing_your_own_task():
     text = GENERATED_README["en"].read_text(encoding="utf-8")
     assert "## Bring your own task" in text and "### What the tests need from your task" in text
-    assert "### State carried between batches" in text
+    assert "## State carried between batches" in docs_page("tasks").read_text(encoding="utf-8")
     assert "Do not keep a generator of your own" in text
 
 
@@ -119,7 +120,7 @@ def test_the_readmes_f1_recipe_computes_scikit_learns_macro_f1_over_a_whole_spli
     import torch.nn.functional as F
     from sklearn.metrics import f1_score
 
-    text = GENERATED_README["en"].read_text(encoding="utf-8")
+    text = docs_page("tasks").read_text(encoding="utf-8")
     [recipe] = [block for block in text.split("```python\n")[1:] if "macro_f1" in block.split("```")[0]]
     namespace = {"F": F, "NUM_CLASSES": 4}
     exec(recipe.split("```")[0], namespace)
@@ -173,17 +174,26 @@ def joined_lines(text: str) -> list[str]:
 
 
 def test_the_picture_in_the_readmes_is_drawn_by_the_generated_readmes_own_commands():
-    """scripts/picture.sh runs the README's studies and plot command (its --out aside), and every
-    README shows the picture it writes."""
+    """scripts/picture.sh runs the studies and plot commands of the generated docs/studies.md (its --out
+    aside), and that page in each language shows the picture it writes."""
     script = (ROOT / "scripts" / "picture.sh").read_text(encoding="utf-8")
     commands = [line.replace('"$PY" -m my_project.', "python -m {{ cookiecutter.project_slug }}.").split(" >&2")[0]
                 for line in joined_lines(script) if line.startswith('"$PY" -m my_project.')]
     assert [re.search(r"\}\}\.(\w+)", command).group(1) for command in commands] == ["study", "study", "plot"]
-    for language, path in GENERATED_README.items():
+    for language in ("en", "zh"):
+        path = docs_page("studies", language)
         readme = joined_lines(path.read_text(encoding="utf-8"))
         for command in commands:
             expected = command.replace("--out study.png", "--out lr.pdf")
             assert any(line.split("  #")[0].strip() == expected for line in readme), (language, expected)
-        assert "](docs/study.png)" in path.read_text(encoding="utf-8"), language
+        assert "](study.png)" in path.read_text(encoding="utf-8"), language
     assert "](docs/study.png)" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert (ROOT / "docs" / "study.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_readmes_table_of_the_two_sizes_is_what_scripts_sizes_py_counts_now():
+    """The figures of "Two sizes" come from a command: after a change to the generated project,
+    `python scripts/sizes.py` gives the table to paste."""
+    sizes = load("sizes", ROOT / "scripts" / "sizes.py")
+    table = sizes.table(sizes.measure())
+    assert table in (ROOT / "README.md").read_text(encoding="utf-8"), f"run python scripts/sizes.py:\n{table}"

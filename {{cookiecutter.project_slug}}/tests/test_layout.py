@@ -7,6 +7,8 @@ in its main(). A module that changed them on import would change every program t
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 
@@ -39,3 +41,16 @@ print(len({modules!r}), [i for i, (a, b) in enumerate(zip(before, after)) if a !
     assert result.returncode == 0, result.stderr[-3000:]
     count, changed = result.stdout.split(" ", 1)
     assert int(count) == len(modules) > 5 and changed.strip() == "[]", result.stdout
+
+
+def test_utils_can_be_copied_into_another_project_alone(tmp_path):
+    """utils/ imports nothing of this package outside it: copied on its own, every module imports
+    (in a fresh interpreter that cannot see src/) and the three knobs a project calls first work."""
+    shutil.copytree(SRC / PACKAGE / "utils", tmp_path / "elsewhere" / "utils")
+    code = ("import utils.data, utils.device, utils.repro\n"
+            "utils.repro.configure_determinism('strict'); utils.repro.seed_everything(1)\n"
+            "print(utils.device.select_device('cpu'))")
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path / "elsewhere",
+                            env=env)
+    assert result.returncode == 0 and result.stdout.strip() == "cpu", result.stderr[-3000:]

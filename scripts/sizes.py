@@ -1,0 +1,126 @@
+"""What each size of the generated project holds, counted the same way for both.
+
+    python scripts/sizes.py            # the table, in Markdown
+    python scripts/sizes.py --json F   # and the figures as JSON
+
+Bakes the template's defaults at each size (scope=research, scope=teaching) into a scratch folder
+and counts, in the project as a user gets it:
+- source files and lines: src/**/*.py;
+- test lines: tests/**/*.py;
+- README words: README.md (and, apart, the words of docs/*.md);
+- the package's modules on the call stack when the first optimizer.step() runs, in a run of
+  `train.main` on a few samples (a hook of torch's, before every optimizer step, reads the stack);
+- the package's own imports in train.py: statements and names.
+Standard library, cookiecutter and the project's own dependencies only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCOPES = ("research", "teaching")
+# Run in the baked project: train a few samples, and at the first optimizer step print which of the
+# package's modules are on the stack.
+ON_THE_STACK = """
+import sys, traceback
+from pathlib import Path
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+from {package} import train
+
+package = Path(train.__file__).parent
+seen = []
+
+def note(optimizer, args, kwargs):
+    if not seen:
+        seen.extend(sorted({{Path(frame.filename).relative_to(package).as_posix() for frame in traceback.extract_stack()
+                            if Path(frame.filename).is_relative_to(package)}}))
+
+register_optimizer_step_pre_hook(note)
+train.main(["--out", sys.argv[1], "--epochs", "1", "--max-samples", "32", "--batch-size", "16", "--device", "cpu"])
+print(" ".join(seen))
+"""
+
+
+def lines(paths: list[Path]) -> int:
+    return sum(len(path.read_text(encoding="utf-8").splitlines()) for path in paths)
+
+
+def own_imports(train_py: Path, package: str) -> tuple[int, int]:
+    """(import statements, names imported) of the package's own modules in train.py."""
+    statements = names = 0
+    for node in ast.walk(ast.parse(train_py.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "").split(".")[0] == package):
+            statements, names = statements + 1, names + len(node.names)
+    return statements, names
+
+
+def count(project: Path) -> dict:
+    package = project.name
+    sources = sorted((project / "src").rglob("*.py"))
+    docs = sorted((project / "docs").glob("*.md"))
+    with tempfile.TemporaryDirectory() as scratch:
+        run = subprocess.run([sys.executable, "-c", ON_THE_STACK.format(package=package), str(Path(scratch) / "run")],
+                             capture_output=True, text=True, cwd=project, timeout=600,
+                             env={**os.environ, "PYTHONPATH": str(project / "src")})
+    if run.returncode != 0:
+        raise SystemExit(f"error: the run in {project} failed:\n{run.stderr[-2000:]}")
+    on_the_stack = run.stdout.strip().splitlines()[-1].split()
+    statements, names = own_imports(project / "src" / package / "train.py", package)
+    return {"source_files": len(sources), "source_lines": lines(sources),
+            "test_lines": lines(sorted((project / "tests").rglob("*.py"))),
+            "readme_words": len((project / "README.md").read_text(encoding="utf-8").split()),
+            "docs_words": sum(len(page.read_text(encoding="utf-8").split()) for page in docs),
+            "train_py_lines": lines([project / "src" / package / "train.py"]),
+            "modules_on_the_stack_at_optimizer_step": on_the_stack,
+            "own_import_statements_in_train_py": statements, "own_import_names_in_train_py": names}
+
+
+def table(figures: dict[str, dict]) -> str:
+    rows = [("source files / lines", lambda f: f"{f['source_files']} / {f['source_lines']:,}"),
+            ("`train.py` lines", lambda f: f"{f['train_py_lines']}"),
+            ("test lines", lambda f: f"{f['test_lines']:,}"),
+            ("README words (and `docs/`)", lambda f: f"{f['readme_words']:,}" + (
+                f" ({f['docs_words']:,})" if f["docs_words"] else "")),
+            ("the package's modules on the stack at `optimizer.step()`",
+             lambda f: f"{len(f['modules_on_the_stack_at_optimizer_step'])} (" + ", ".join(
+                 f"`{name}`" for name in f["modules_on_the_stack_at_optimizer_step"]) + ")"),
+            ("the package's own imports in `train.py`", lambda f: (
+                f"{f['own_import_statements_in_train_py']} statements, {f['own_import_names_in_train_py']} names"))]
+    out = ["| | research | teaching |", "| --- | --- | --- |"]
+    out += [f"| {label} | {show(figures['research'])} | {show(figures['teaching'])} |" for label, show in rows]
+    return "\n".join(out)
+
+
+def bake(folder: Path, scope: str) -> Path:
+    """The template's defaults at the size `scope`, baked by cookiecutter's command line."""
+    subprocess.run([sys.executable, "-m", "cookiecutter", "--no-input", "-o", str(folder / scope), str(ROOT),
+                    f"scope={scope}", "init_git=no"], check=True, capture_output=True)
+    return folder / scope / "my_project"
+
+
+def measure() -> dict[str, dict]:
+    with tempfile.TemporaryDirectory() as scratch:
+        return {scope: count(bake(Path(scratch), scope)) for scope in SCOPES}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    figures = measure()
+    print(table(figures))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
