@@ -38,17 +38,19 @@ NAMES = {"a next-token language model on a small made-up text": "language_model"
 
 
 def readme_tasks() -> dict[str, str]:
-    """The README's complete task.py files, by short name (`language_model`, `regression`)."""
+    """The complete task.py files of the generated docs/tasks.md, by short name (`language_model`,
+    `regression`)."""
     text = TASKS_PAGE.read_text(encoding="utf-8")
     return {NAMES.get(match.group(2), match.group(2)): match.group(1) for match in TASK_BLOCK.finditer(text)}
 
 
-def make_project(folder: Path, task_code: str | None = None) -> Path:
-    """The template baked with its defaults into `folder`; `task_code`, if given, as its task.py."""
+def make_project(folder: Path, task_code: str | None = None, scope: str = "research") -> Path:
+    """The template baked with its defaults, at the size `scope`, into `folder`; `task_code`, if
+    given, as its task.py."""
     from cookiecutter.main import cookiecutter
 
     project = Path(cookiecutter(str(ROOT), no_input=True, output_dir=str(folder),
-                                extra_context={"init_git": False}))
+                                extra_context={"init_git": False, "scope": scope}))
     if task_code is not None:
         (project / "src" / project.name / "task.py").write_text(task_code, encoding="utf-8")
     return project

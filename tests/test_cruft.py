@@ -18,7 +18,7 @@ import json
 import subprocess
 import sys
 
-from conftest import IDENTITY, clean_git_env, copy_template
+from conftest import IDENTITY, clean_git_env, cookiecutter_cli, copy_template
 
 USER_LINE = "A line the user wrote."
 TEMPLATE_LINE = "# A line the template added later."
@@ -81,3 +81,36 @@ def test_cruft_creates_checks_diffs_and_updates_a_project_and_the_users_edit_sur
     commit_all(project, "Update from the template", env)
     check = cruft("check", cwd=project, env=env)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_cruft_bakes_the_teaching_size_and_grows_it_into_the_research_size_keeping_the_task(tmp_path):
+    """`cruft create` with scope=teaching makes cookiecutter's teaching project; `cruft update
+    --variables-to-update '{"scope": "research"}'` turns it into the research size, and the user's
+    task.py survives (test_copier.py runs the research suite on such a project)."""
+    env = clean_git_env(tmp_path / "home", **IDENTITY)
+    template = copy_template(tmp_path / "template")
+    run("git", "init", "-q", cwd=template, env=env)
+    commit_all(template, "template", env)
+    created = cruft("create", str(template), "--no-input", "--output-dir", str(tmp_path / "projects"),
+                    "--extra-context", json.dumps({"scope": "teaching"}), cwd=tmp_path, env=env)
+    assert created.returncode == 0, created.stdout + created.stderr
+    project = tmp_path / "projects" / "my_project"
+    baked = cookiecutter_cli(tmp_path / "cookiecutter", "scope=teaching", "init_git=no", env=env, template=template)
+    assert baked.returncode == 0, baked.stderr
+    files = {path.relative_to(project).as_posix() for path in project.rglob("*") if path.is_file()} - {".cruft.json"}
+    reference = tmp_path / "cookiecutter" / "my_project"
+    assert files == {path.relative_to(reference).as_posix() for path in reference.rglob("*") if path.is_file()}
+
+    run("git", "init", "-q", cwd=project, env=env)
+    commit_all(project, "Initial commit", env)
+    task = project / "src" / "my_project" / "task.py"
+    users_task = task.read_text(encoding="utf-8") + "# the user's own line\n"
+    task.write_text(users_task, encoding="utf-8")
+    commit_all(project, "My task", env)
+    update = cruft("update", "--skip-apply-ask", "--variables-to-update", json.dumps({"scope": "research"}),
+                   cwd=project, env=env)
+    assert update.returncode == 0, update.stdout + update.stderr
+    assert task.read_text(encoding="utf-8") == users_task
+    assert (project / "src" / "my_project" / "engine").is_dir() and not (project / "notebooks").exists()
+    assert json.loads((project / ".cruft.json").read_text(encoding="utf-8"))["context"]["cookiecutter"]["scope"] == \
+        "research"
