@@ -20,6 +20,7 @@ from {{ cookiecutter.project_slug }}.train import evaluate, first, make_loaders
 from conftest import (
     FAST,
     PACKAGE,
+    ended_in_time,
     held_at_step_code,
     once,
     python_env,
@@ -151,3 +152,24 @@ def test_a_two_node_run_stopped_by_sigterm_and_launched_again_with_resume_ends_w
     resumed = nodes["interrupted"]
     assert resumed.metrics == ddp_runs["seed7"][0].metrics
     assert resumed.weights == ddp_runs["seed7"][0].weights
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_killed_torchrun_launcher_leaves_no_worker_training(tmp_path):
+    """torchrun starts each worker in a process group of its own, so SIGKILL to the launcher (as a
+    job's shell or a careless kill sends it) would leave both ranks training on. Each worker asks
+    the kernel for SIGTERM when its launcher dies: both stop after the step they are at, write its
+    checkpoint, and end."""
+    script, marker, step = tmp_path / "held.py", tmp_path / "held", 3
+    script.write_text(held_at_step_code())
+    launcher = start([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                      str(script), str(step), str(marker), *FAST, "--seed", "7", "--out", str(tmp_path / "run")],
+                     tmp_path / "launcher.log", env=python_env(PYTHONHASHSEED="7"))
+    for rank in (0, 1):
+        wait_until(marker.with_name(f"held.{rank}").exists, launcher, f"rank {rank} reaching step {step}")
+    workers = [int(marker.with_name(f"held.{rank}").read_text()) for rank in (0, 1)]
+    os.kill(launcher.popen.pid, signal.SIGKILL)  # the launcher alone: its workers are not in its group
+    launcher.popen.wait()
+    still_training = [pid for pid in workers if not ended_in_time(pid, limit=120)]
+    assert still_training == [], f"workers still training after their launcher was killed: {still_training}"
+    assert (tmp_path / "run" / "checkpoints" / f"step-{step:08d}.pt").exists()  # they stopped cleanly

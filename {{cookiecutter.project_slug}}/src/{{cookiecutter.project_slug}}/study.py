@@ -33,6 +33,7 @@ from .engine.cli import refuse as refuse_with
 from .engine.environment import differences
 from .engine.files import atomic_write_text, file_in_the_way, unwritable_reason, write_json
 from .engine.launch import launch_training
+from .engine.run_folder import lock_folder
 from .engine.runs import RunError, read_json, read_run
 from .engine.statistics import statistics_of
 from .utils.repro import MAX_SEED
@@ -269,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def refuse_if_locked(out: Path) -> None:
+    problem = lock_folder(out)
+    if problem:
+        refuse(problem)
+
+
 def train_seeds(args, seeds: list[int], flags: list[str]) -> tuple[dict, float | None]:
     """Trains what each seed needs; (the shared settings, seconds), or seconds None if a run failed."""
     config = Config(**training_settings(flags))
@@ -276,11 +283,13 @@ def train_seeds(args, seeds: list[int], flags: list[str]) -> tuple[dict, float |
         refuse(config.problem())
     if config.parallel == "fsdp":  # train would refuse it in every run; say so once, before any starts
         refuse("--parallel fsdp needs torchrun, and the study starts each seed as one plain process: leave it out, "
-               "or train each seed under torchrun (README: Several GPUs and nodes)")
+               "or train each seed under torchrun (docs/distributed.md)")
     shared = {key: value for key, value in config.to_dict().items() if key != "seed"}
     recorded = check_study_folder(args.out, shared)
     try:
-        (args.out / "logs").mkdir(parents=True, exist_ok=True)
+        args.out.mkdir(parents=True, exist_ok=True)
+        refuse_if_locked(args.out)  # one study at a time: a second launch would start a second writer per seed
+        (args.out / "logs").mkdir(exist_ok=True)
         if recorded is None:
             write_json(args.out / "study.json", {"config": shared, "seeds": seeds, "runs": None})
     except OSError as error:

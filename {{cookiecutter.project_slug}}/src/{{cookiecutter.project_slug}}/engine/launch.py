@@ -1,4 +1,5 @@
-"""Starting the training command in a fresh process, as a user reruns it (verify, doctor, study)."""
+"""Starting the training command in a fresh process, as a user reruns it (verify, doctor, study):
+one that dies with the process that started it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from pathlib import Path
 
 from .cli import PACKAGE
+from .signals import die_with_parent
 
 
 def launch_training(*args: str, world_size: int = 1, torchrun: bool = False, **popen) -> subprocess.Popen:
@@ -21,4 +23,6 @@ def launch_training(*args: str, world_size: int = 1, torchrun: bool = False, **p
     if world_size > 1 or torchrun:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}"]
     popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
-    return subprocess.Popen([*launcher, "-m", f"{PACKAGE}.train", *args], env=env, **popen)
+    # The child stops (SIGTERM: after its step, with a checkpoint) when this process dies, killed too.
+    return subprocess.Popen([*launcher, "-m", f"{PACKAGE}.train", *args], env=env, preexec_fn=die_with_parent,
+                            **popen)

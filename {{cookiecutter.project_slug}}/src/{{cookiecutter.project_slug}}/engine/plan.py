@@ -6,10 +6,10 @@ Every check of the input happens here: a mistake gets one line and exit 2, and a
 
 from __future__ import annotations
 
-import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 
@@ -21,7 +21,7 @@ from .checkpoint import load_latest_checkpoint
 from .cli import PACKAGE, prog
 from .cli import refuse as refuse_with
 from .precision import compile_problem, precision_problem
-from .run_folder import ERROR_LOG, make_out_dir, out_dir_refusal
+from .run_folder import ERROR_LOG, lock_folder, make_out_dir, out_dir_refusal, unlock_folder
 from .runs import RunError, read_json
 from .startup import PORTABLE_CPU_KERNELS, missing_from_environment, portable_problem
 from .tracking import tracking_problem
@@ -52,12 +52,15 @@ def plan_run(argv: list[str] | None) -> Plan | None:
     checkpoint = path = None
     added: list[str] = []
     started_with, history = world_size, []
+    if distributed.context()[0] == 0 and out.is_dir():  # first: a live run's folder is its own, say so before all
+        refuse_if(lock_folder(out))
     if args.resume:
         if args.overwrite:
             refuse("--resume and --overwrite contradict each other: choose one")
         config, added, started_with = resume_config_or_refuse(out, typed, world_size)
         if (out / "summary.json").exists():
             print(f"the run in {out} is complete (summary.json exists): nothing to resume")
+            unlock_folder(out)
             return None
         refuse_if(parallel_problem(config))
         checkpoint, path = newest_checkpoint(out, config)
@@ -126,12 +129,15 @@ def cpu_kernels_problem(mode: str) -> str | None:
 
 def device_and_folder_problem(plan: Plan) -> str | None:
     """The checks that need the device (run after configure_determinism: they may start CUDA),
-    then that a new run's folder can be made and written."""
+    then that a new run's folder can be made and written, and that no other process writes to the
+    run's folder (rank 0 holds its lock for the run's whole life)."""
     config = plan.config
     problem = precision_problem(config.precision, plan.device)
     problem = problem or (compile_problem(plan.device) if config.compile else None)
     if problem is None and plan.resume_from is None and distributed.context()[0] == 0:
         problem = make_out_dir(plan.out)
+    if problem is None and distributed.context()[0] == 0:
+        problem = lock_folder(plan.out)
     return problem
 
 
@@ -158,7 +164,10 @@ def resume_config_or_refuse(out: Path, typed: dict, world_size: int) -> tuple[Co
     return config, added, recorded.world_size
 
 
-refuse = functools.partial(refuse_with, "train")  # one line on stderr and exit 2, like argparse's own errors
+def refuse(message: str) -> NoReturn:
+    """One line on stderr and exit 2, like argparse's own errors; the run folder is left to others."""
+    unlock_folder()
+    refuse_with("train", message)
 
 
 def refuse_if(message: str | None) -> None:

@@ -18,6 +18,7 @@ as those strings, so "equal" means equal bit for bit.
 from __future__ import annotations
 
 import csv
+import fcntl
 import os
 import shutil
 import traceback
@@ -68,6 +69,52 @@ def clear_run_files(out: Path) -> None:
             shutil.rmtree(out / name)
         elif (out / name).exists():
             (out / name).unlink()
+
+
+_held_locks: dict[Path, int] = {}  # the folders this process writes, and the open descriptor that locks each
+
+
+def lock_folder(folder: Path, what: str = "--out") -> str | None:
+    """Makes this process the one writer of `folder` for as long as it lives, or says, as one line,
+    which process already is. An advisory lock (flock) on the folder itself, as pip and git guard
+    their state: the kernel releases it when the holder dies, by SIGKILL too, so a crashed run never
+    leaves the folder locked. Nothing is written: the lock is no file."""
+    folder = folder.resolve()
+    if folder in _held_locks:
+        return None
+    descriptor = os.open(folder, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        return (f"{what} {folder} is in use: {lock_holder(folder)} is writing to it; wait for it to end, or stop "
+                "it, or choose another folder")
+    _held_locks[folder] = descriptor
+    return None
+
+
+def unlock_folder(folder: Path | None = None) -> None:
+    """Lets another process write to `folder` (None: every folder this process locked): the end
+    of a run in this process, when main() called in-process (by a test, a notebook) returns or
+    refuses, and the process goes on."""
+    for held in [folder.resolve()] if folder is not None else list(_held_locks):
+        descriptor = _held_locks.pop(held, None)
+        if descriptor is not None:
+            os.close(descriptor)
+
+
+def lock_holder(folder: Path) -> str:
+    """The process that holds `folder`'s lock, as a few words: its id and command where Linux's
+    /proc/locks says; else 'another process'."""
+    info = folder.stat()
+    device = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    try:
+        pids = [line.split()[4] for line in Path("/proc/locks").read_text().splitlines()
+                if "FLOCK" in line and line.split()[5] == device]
+        command = " ".join(Path(f"/proc/{pids[0]}/cmdline").read_bytes().decode(errors="replace").split())
+    except (OSError, IndexError):
+        return "another process"
+    return f"process {pids[0]} ({command[:120]})" if command else f"process {pids[0]}"
 
 
 class MetricsLog:

@@ -33,7 +33,7 @@ CPU_KERNEL_MODES = ("native", "portable")
 # --cpu-kernels portable: every library's CPU code path pinned to AVX2 (with FMA), which x86-64 CPUs
 # have had since Intel's Haswell (2013) and AMD's Excavator (2015), so that a laptop with AVX-512
 # computes what a CI runner with AVX2 computes. Each one was found by experiment to change the
-# example's weights on an AVX-512 machine (README: "Another machine"). Costs: the AVX-512 and AMX
+# example's weights on an AVX-512 machine (docs/another-machine.md). Costs: the AVX-512 and AMX
 # speed-ups on the CPUs that have them (benchmarks/portable.py measures it).
 PORTABLE_CPU_KERNELS = {
     # ATen's own vectorised kernels (elementwise ops, reductions, softmax, the optimizers' updates).
