@@ -24,13 +24,15 @@ from .utils.repro import DETERMINISM_MODES, MAX_SEED
 OPTIMIZERS = ("sgd", "adamw")
 SCHEDULES = ("one-cycle", "cosine", "constant")
 PARALLEL = ("ddp", "fsdp")
+NONFINITE = ("stop", "skip")
 # What a setting affects. "weights": another value gives other weights (tests/test_settings.py
 # proves it for each); "evaluation": the trained weights stay, the validation figures may change;
 # "machine": whether it changes bits depends on the hardware and its software (GPU kernels, thread
 # splits, the order in which collectives add up), so it is recorded and kept on --resume;
 # "execution": how a run executes, not what it computes (the tests prove it), so --resume may
-# change it; "fixed": set by the code or by torchrun, not a flag.
-EFFECTS = ("weights", "evaluation", "machine", "execution", "fixed")
+# change it; "failure": what a run does when a step fails (its weights change only if one does),
+# kept on --resume; "fixed": set by the code or by torchrun, not a flag.
+EFFECTS = ("weights", "evaluation", "machine", "execution", "failure", "fixed")
 # Settings that earlier versions recorded and this one no longer has: a config.json that holds one
 # is read without it (what it chose is now fixed elsewhere, as its note says).
 RETIRED = {"dataset": "the example's data, now task.py's DATASET"}
@@ -100,6 +102,10 @@ class Config:
     weight_decay: float = setting(5e-4, "weight decay (SGD: L2; AdamW: decoupled)", number(0, low_inclusive=True))
     clip_grad_norm: float = setting(0.0, "clip the gradients' total norm to this before each step (0: no clipping)",
                                     number(0, low_inclusive=True))
+    nonfinite: str = setting("stop", "a step whose loss or gradients are not finite (NaN, inf): stop (the run ends at "
+                             "that step, naming it and its samples; its checkpoints from before stand) or skip (the "
+                             "step is not taken, as fp16's GradScaler skips an overflow; costs a wait for the device "
+                             "each step)", choices=NONFINITE, effect="failure")
     # The example model's size; a task of your own may read them too.
     width: int = setting(16, "the model's width (the example: channels of its first convolution)", integer(1))
     dropout: float = setting(0.25, "dropout probability", number(0, 1, low_inclusive=True))

@@ -43,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         original = read_run(args.run_dir)
     except RunError as error:
         parser.error(str(error))
+    bad = original.non_finite_step
+    if bad is not None and (args.steps is None or args.steps >= bad) and original.summary is None:
+        parser.error(f"{args.run_dir} stopped at step {bad} on a loss or gradient that is not finite: it failed; "
+                     f"verify its steps before it with --steps {bad - 1}" if bad > 1 else
+                     f"{args.run_dir} stopped at its first step on a loss or gradient that is not finite: it failed")
     if args.steps is None and original.summary is None:
         parser.error(f"{args.run_dir} did not finish (no summary.json); verify its first steps with --steps N")
     recorded_steps = len(original.train_losses)

@@ -15,6 +15,7 @@ from pathlib import Path
 from ..config import Config
 from . import distributed
 from .cli import prog
+from .loop import NonFiniteStep
 from .plan import Plan
 from .precision import compile_failure
 from .run_folder import clear_run_files, write_error_log
@@ -50,6 +51,8 @@ def checkpoint_after_failure(checkpoint: Callable[[], Path | None], new_steps: b
 def failed(plan: Plan, error: BaseException, step: int, checkpoint: Path | None) -> int:
     """One line naming what failed and where; the traceback into the run folder's error.log. A run
     that had not taken a step leaves nothing a plain rerun would refuse to replace."""
+    if isinstance(error, NonFiniteStep):
+        return stopped_non_finite(plan, error)
     explanation = explain_nondeterministic_error(error, plan.device.type)  # strict mode refused an op
     compile_problem = compile_failure(error)
     what = explanation or compile_problem or describe_error(error)
@@ -63,6 +66,30 @@ def failed(plan: Plan, error: BaseException, step: int, checkpoint: Path | None)
     print(f"{prog('train')}: error: {where}: {what}" + (f"; traceback in {log}" if log else "") + f"; {kept}",
           file=sys.stderr)
     return 2 if compile_problem else 1
+
+
+def stopped_non_finite(plan: Plan, error: NonFiniteStep) -> int:
+    """The one line of a run that --nonfinite stop ended: the step, its figures, its samples, what
+    was kept and the ways on; exit status 1. The traceback goes to error.log, as for a failure."""
+    log = write_error_log(plan.out, error) if distributed.rank() == 0 and plan.out.is_dir() else None
+    figures = ", ".join(f"{name} {value!r}" for name, value in error.figures.items())
+    samples = ""
+    if error.samples:
+        shown = ", ".join(map(str, error.samples[:8])) + (", ..." if len(error.samples) > 8 else "")
+        samples = f"; its samples (indices in the training set): {shown}"
+    kept = newest_checkpoint_of(plan.out)
+    print(f"{prog('train')}: error: stopped at step {error.step} (epoch {error.epoch + 1}): the loss or a gradient "
+          f"is not finite ({figures}){samples}; no checkpoint of it was written, "
+          + (f"the newest, {kept}, stands" if kept else "and there is none from before it")
+          + "; a lower --lr, --clip-grad-norm, a fix of those samples or --nonfinite skip, then start again with "
+          "--overwrite" + (f"; traceback in {log}" if log else ""), file=sys.stderr)
+    return 1
+
+
+def newest_checkpoint_of(out: Path) -> str | None:
+    """The newest checkpoint's name in the run folder's checkpoints/, if any."""
+    found = sorted(path.name for path in (out / "checkpoints").glob("step-*"))
+    return found[-1] if found else None
 
 
 def describe_error(error: BaseException) -> str:

@@ -5,7 +5,9 @@ steps' metrics rows, kept on the device.
   optimizer step (fewer at an epoch's end).
 - `StepRows` keeps each step's sums on the device and reads them back in one transfer every
   --log-every steps: the host never waits for the device in between (nanoGPT and torchtitan read
-  the loss back rarely for this reason), and still every step gets its row, bit for bit.
+  the loss back rarely for this reason), and still every step gets its row, bit for bit. With the
+  rows comes each step's flag of a finite loss and gradients: a step that had none raises
+  NonFiniteStep there, before any checkpoint is written (a checkpoint flushes the rows first).
 """
 
 from __future__ import annotations
@@ -34,6 +36,15 @@ def accumulation_windows(loader: Iterable, accumulate: int) -> Iterator[list]:
         yield window
 
 
+class NonFiniteStep(Exception):
+    """A step's loss or gradients were not finite (--nonfinite stop): where, and on which samples."""
+
+    def __init__(self, epoch: int, step: int, figures: dict[str, float]) -> None:
+        super().__init__(f"the loss or a gradient is not finite at step {step}")
+        self.epoch, self.step, self.figures = epoch, step, figures
+        self.samples: list[int] | None = None  # the indices of the step's samples, where train.py knows them
+
+
 class StepRows:
     """Each training step's sums, kept on the device until flush() writes their rows to metrics.csv
     in one transfer: every `every` steps, and whenever the caller flushes (a checkpoint, the end
@@ -41,27 +52,47 @@ class StepRows:
 
     def __init__(self, log: MetricsLog, task: ModuleType, device: torch.device, every: int) -> None:
         self.log, self.task, self.device, self.every = log, task, device, every
-        self.pending: list[tuple[int, int, Sums]] = []
+        self.pending: list[tuple[int, int, Sums, torch.Tensor | bool]] = []
         self.epoch_losses: list[float] = []  # the training losses written for the epoch in progress
 
-    def add(self, epoch: int, step: int, sums: Sums) -> None:
-        self.pending.append((epoch, step, sums))
+    def add(self, epoch: int, step: int, sums: Sums, finite: torch.Tensor | bool = True) -> None:
+        """A step's row, with `finite` (a flag still on the device) false if the step is to stop the run."""
+        self.pending.append((epoch, step, sums, finite))
         if len(self.pending) >= self.every:
             self.flush()
 
     def flush(self) -> None:
-        """Writes every pending row. Under torchrun all ranks flush at the same steps (the sums are
-        added up over ranks first)."""
+        """Writes every pending row, then raises NonFiniteStep for the first step whose flag is
+        false. Under torchrun all ranks flush at the same steps (sums and flags are added up over
+        ranks first)."""
         if not self.pending:
             return
         pending, self.pending = self.pending, []
-        stacked = {name: stack([sums[name] for _, _, sums in pending], self.device) for name in pending[0][2]}
+        stacked = {name: stack([sums[name] for _, _, sums, _ in pending], self.device) for name in pending[0][2]}
+        stacked["~unfinite"] = (~stack([finite for *_, finite in pending], self.device).bool()).to(torch.int64)
         distributed.sum_over_ranks(stacked)
-        figures = [self.task.metrics_from_sums({name: value[i] for name, value in stacked.items()})
+        figures = [{**self.task.metrics_from_sums({name: value[i] for name, value in stacked.items()
+                                                   if name != "~unfinite"}), "~unfinite": stacked["~unfinite"][i]}
                    for i in range(len(pending))]
-        for (epoch, step, _), values in zip(pending, read_back(figures, self.log.names, self.device), strict=True):
-            self.log.write(epoch, step, "train", dict(zip(self.log.names, values, strict=True)))
+        names, bad = (*self.log.names, "~unfinite"), None
+        for (epoch, step, *_), values in zip(pending, read_back(figures, names, self.device), strict=True):
+            row = dict(zip(self.log.names, values[:-1], strict=True))
+            self.log.write(epoch, step, "train", row)
             self.epoch_losses.append(values[0])
+            if values[-1] and bad is None:  # any rank's
+                bad = NonFiniteStep(epoch, step, row)
+        if bad is not None:
+            raise bad
+
+
+def finite_step(loss: torch.Tensor, gradients: list[torch.Tensor] | None) -> torch.Tensor:
+    """On the device, whether a step's loss (summed over its micro-batches) and its gradients
+    (None: not checked, as under fp16, whose GradScaler skips an overflow itself) are all finite:
+    no wait for the device, one reduction over the gradients."""
+    finite = torch.isfinite(loss.detach()).all()
+    if gradients:
+        finite = finite & torch.isfinite(torch.stack([torch.linalg.vector_norm(g) for g in gradients]).sum())
+    return finite
 
 
 def add_sums(total: Sums | None, sums: Sums) -> Sums:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,15 @@ class Run:
     @property
     def weights(self) -> str | None:
         return self.summary["weights_sha256"] if self.summary else None
+
+    @property
+    def non_finite_step(self) -> int | None:
+        """The first step whose training row holds a figure that is not finite (the run stopped
+        there, or skipped it under --nonfinite skip); None if every figure is finite."""
+        for row in self.metrics:
+            if row["split"] == "train" and any(not math.isfinite(float(row[name])) for name in self.metric_names):
+                return int(row["step"])
+        return None
 
     @property
     def train_losses(self) -> list[str]:

@@ -1,0 +1,98 @@
+"""A step whose loss or gradients are not finite (NaN, inf) stops the run at that step (--nonfinite
+stop, the default): one line naming the step and its samples, exit 1, and no checkpoint of the
+broken state: the newest one from before it stands. With --nonfinite skip such a step is not taken
+and the run goes on. The check rides on the metrics rows' read-back: no wait for the device per step.
+
+The NaN is put into the model's outputs at one training step, whatever the task: the example's
+classifier, a language model or a regression all get it the same way.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from {{ cookiecutter.project_slug }} import task, train, verify
+from {{ cookiecutter.project_slug }}.engine.runs import read_run
+from {{ cookiecutter.project_slug }}.utils.data import EpochSampler
+
+from conftest import BATCH, FAST, SAMPLES, settings
+
+POISONED_STEP = 3  # in the first epoch: a task has at least 64 samples, 4 steps of 16
+
+
+class NaNAtStep(nn.Module):
+    """The task's model, whose outputs turn to NaN at one training step (eval passes are not counted)."""
+
+    def __init__(self, model: nn.Module, step: int) -> None:
+        super().__init__()
+        self.model, self.step, self.steps = model, step, 0
+
+    def forward(self, inputs):
+        outputs = self.model(inputs)
+        if self.training:
+            self.steps += 1
+            if self.steps == self.step:
+                outputs = outputs * float("nan")
+        return outputs
+
+
+@pytest.fixture
+def nan_at_step(monkeypatch):
+    make_model = task.make_model
+    monkeypatch.setattr(task, "make_model", lambda config, train_set: NaNAtStep(make_model(config, train_set),
+                                                                              POISONED_STEP))
+
+
+def poisoned_run(tmp_path, *flags: str) -> tuple[int, str]:
+    out = tmp_path / "run"
+    code = train.main(["--out", str(out), *FAST, "--checkpoint-every", "2", *flags])
+    return code, out
+
+
+def test_a_non_finite_step_stops_the_run_there_naming_the_step_and_its_samples(nan_at_step, tmp_path, capsys):
+    code, out = poisoned_run(tmp_path)
+    assert code == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert f"stopped at step {POISONED_STEP} " in line and "not finite" in line and "--nonfinite skip" in line
+    train_set, _ = task.make_datasets(settings())
+    order = EpochSampler(min(len(train_set), SAMPLES), settings().seed, shuffle=True).order()
+    samples = order[(POISONED_STEP - 1) * BATCH: POISONED_STEP * BATCH]
+    assert f"its samples (indices in the training set): {', '.join(map(str, samples[:8]))}" in line
+    assert not (out / "summary.json").exists() and (out / "error.log").exists()
+
+
+def test_no_checkpoint_of_a_non_finite_state_is_written_the_one_from_before_stands(nan_at_step, tmp_path, capsys):
+    _, out = poisoned_run(tmp_path)
+    assert sorted(path.name for path in (out / "checkpoints").iterdir()) == ["step-00000002.pt"]
+    checkpoint = torch.load(out / "checkpoints" / "step-00000002.pt", weights_only=True)
+    assert all(torch.isfinite(tensor).all() for tensor in checkpoint["model"].values() if tensor.is_floating_point())
+    assert "the newest, step-00000002.pt, stands" in capsys.readouterr().err
+    run = read_run(out)
+    assert run.non_finite_step == POISONED_STEP  # its row is written: the loss is seen going wrong
+    assert all(math.isfinite(float(row["loss"])) for row in run.metrics if int(row["step"]) < POISONED_STEP)
+
+
+def test_verify_treats_such_a_run_as_failed_in_one_line(nan_at_step, tmp_path, capsys):
+    _, out = poisoned_run(tmp_path)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        verify.main([str(out)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"stopped at step {POISONED_STEP}" in err and "--steps 2" in err
+
+
+def test_with_nonfinite_skip_the_step_is_not_taken_and_the_run_trains_on_to_finite_weights(nan_at_step, tmp_path):
+    code, out = poisoned_run(tmp_path, "--nonfinite", "skip")
+    assert code == 0
+    run = read_run(out)
+    assert run.config["nonfinite"] == "skip" and run.non_finite_step == POISONED_STEP
+    weights = torch.load(out / "model.pt", weights_only=True)
+    assert all(torch.isfinite(tensor).all() for tensor in weights.values() if tensor.is_floating_point())
+    # The negative control: the step that was skipped would have made every weight NaN.
+    code, taken = poisoned_run(tmp_path / "taken", "--nonfinite", "stop")
+    assert code == 1 and not (taken / "model.pt").exists()
