@@ -71,7 +71,7 @@ def test_a_study_is_drawn_as_its_mean_with_the_95_percent_interval_of_the_mean(r
 
 def texts(figure) -> dict:
     panels = [axes for axes in figure.axes if axes.get_visible()]
-    legend = panels[0].get_legend()
+    legend = figure.legends[0] if figure.legends else None
     return {"ylabels": [axes.get_ylabel() for axes in panels], "xlabels": {axes.get_xlabel() for axes in panels},
             "legend": [text.get_text() for text in legend.get_texts()] if legend else [],
             "title": figure._suptitle.get_text() if figure._suptitle else None,
@@ -95,7 +95,7 @@ def test_label_and_title_flags_reach_the_picture(runs, tmp_path, monkeypatch):
     monkeypatch.setattr(plot, "draw", lambda series, out, **kwargs: options.update(kwargs, labels=list(series)))
     plot.main([str(runs["seed7"].path), str(runs["seed8"].path), "--label", "A", "--label", "B", "--title", "T",
                "--smooth", "4", "--x", "epochs", "--out", str(tmp_path / "x.png")])
-    assert options == {"labels": ["A", "B"], "title": "T", "smooth": 4, "x": "epochs"}
+    assert options == {"labels": ["A", "B"], "title": "T", "smooth": 4, "x": "epochs", "size": None, "dpi": 300}
 
 
 def test_smoothing_is_a_trailing_mean():
@@ -124,3 +124,60 @@ def test_bad_paths_and_places_get_one_line_and_exit_2(runs, tmp_path, capsys):
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)
         assert "cannot write there (Permission denied)" in refused([run, "--out", str(locked / "x.png")], capsys)
+
+
+def test_a_pdf_embeds_truetype_fonts_never_type_3_which_journals_refuse(runs, tmp_path):
+    out = tmp_path / "curves.pdf"
+    assert plot.main([str(runs["seed7"].path), "--out", str(out), "--column", "one"]) == 0
+    pdf = out.read_bytes()
+    assert b"/Type3" not in pdf
+    assert b"/TrueType" in pdf or b"/CIDFontType2" in pdf  # Type 42: the font itself, embedded
+
+
+def test_negative_control_matplotlibs_default_pdf_fonts_are_type_3(runs, tmp_path):
+    """What the rule above guards against: without it the same figure embeds Type 3 fonts."""
+    import matplotlib.pyplot as plt
+
+    with plt.rc_context({"pdf.fonttype": 3}):
+        figure = plot.figure_of({"run": plot.run_series(runs["seed7"])})
+        figure.savefig(tmp_path / "type3.pdf")
+        plt.close(figure)
+    assert b"/Type3" in (tmp_path / "type3.pdf").read_bytes()
+
+
+@pytest.mark.parametrize("flags, inches", [(("--column", "one"), 3.3), (("--column", "two"), 7.0),
+                                           (("--width", "5", "--height", "2"), 5.0)])
+def test_the_printed_size_and_dpi_are_the_ones_asked_for(flags, inches, runs, tmp_path):
+    out = tmp_path / "curves.png"
+    assert plot.main([str(runs["seed7"].path), "--out", str(out), *flags, "--dpi", "200"]) == 0
+    width, height = png_size(out)
+    assert width == round(inches * 200)
+    if "--height" in flags:
+        assert height == 2 * 200
+
+
+def test_a_png_is_300_dpi_by_default(runs, tmp_path):
+    out = tmp_path / "curves.png"
+    assert plot.main([str(runs["seed7"].path), "--out", str(out), "--column", "one"]) == 0
+    assert png_size(out)[0] == round(3.3 * 300)
+
+
+def test_a_narrow_figure_stacks_its_panels_and_keeps_the_legend_below_them(runs):
+    series = {"run": plot.run_series(runs["seed7"])}
+    figure = plot.figure_of(series, size=(3.3, 5.0))
+    figure.canvas.draw()
+    panels = [axes for axes in figure.axes if axes.get_visible()]
+    assert len({round(axes.get_position().x0, 3) for axes in panels}) == 1  # one column
+    legend = figure.legends[0].get_window_extent()
+    assert all(legend.y1 <= axes.get_window_extent().y0 + 1 for axes in panels)  # below every panel, over no data
+
+
+def test_identical_runs_are_one_curve_labelled_as_identical_and_different_ones_two(runs):
+    same = plot.run_series(runs["seed7"])
+    shown = texts(plot.figure_of({"a": same, "b": dict(same), "c": plot.run_series(runs["seed8"])}))
+    assert shown["legend"] == ["a, b: 2 runs, identical", "c"]
+
+
+def test_a_run_that_stopped_on_a_non_finite_step_says_so_in_its_label(runs):
+    series = {**plot.run_series(runs["seed7"]), "non_finite_step": 5}
+    assert texts(plot.figure_of({"run": series}))["legend"] == ["run (not finite from step 5)"]

@@ -9,6 +9,14 @@ confidence interval of that mean (Student's t, the numbers study.json records), 
 the legend. --smooth N draws the training loss as a trailing mean of N steps (the axis says so).
 The file's suffix picks the format: .png, .pdf or .svg (vector, for papers and slides). The
 numbers drawn are the ones in each metrics.csv, unrounded. A bad path: one line, exit 2.
+
+For a journal: the figure's size is its printed size (--width and --height in inches, or
+--column one / two: 3.3 or 7 inches wide, the usual column widths), so a label set in 8 points
+prints in 8 points; PNGs are 300 dpi unless --dpi says otherwise; PDF and PostScript embed
+TrueType fonts (Type 42), never the Type 3 fonts that IEEE's PDF eXpress and the ACM refuse; the
+legend sits below the panels, over no data; series that are identical in every number are drawn
+once and labelled so ("a, b: 2 runs, identical"), since one curve would otherwise hide the other;
+and a run that stopped on a non-finite step says so in its label.
 """
 
 from __future__ import annotations
@@ -23,6 +31,10 @@ from .engine.runs import Run, RunError, read_json, read_run
 from .engine.statistics import statistics_of
 
 FORMATS = (".png", ".pdf", ".svg")
+COLUMNS = {"one": 3.3, "two": 7.0}  # inches: the usual widths of a journal's column and page
+# Fonts embedded whole as TrueType (PDF, PostScript) and text kept as text (SVG), not glyphs drawn
+# as Type 3 procedures, which publishers' PDF checks reject.
+EMBEDDED_FONTS = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}
 
 
 def run_series(run: Run) -> dict:
@@ -33,7 +45,7 @@ def run_series(run: Run) -> dict:
     return {"steps": [int(row["step"]) for row in train], "loss": [float(row["loss"]) for row in train],
             "val_steps": [int(row["step"]) for row in val],
             "val": {name: [float(row[name]) for row in val] for name in run.metric_names},
-            "steps_per_epoch": first_epoch, "seeds": None}
+            "steps_per_epoch": first_epoch, "seeds": None, "non_finite_step": run.non_finite_step}
 
 
 def study_runs(folder: Path) -> list[Run]:
@@ -72,51 +84,85 @@ def trailing_mean(values: list[float], window: int) -> list[float]:
     return sums
 
 
-def draw(series: dict[str, dict], out: Path, title: str | None = None, smooth: int = 1, x: str = "steps") -> None:
-    """The picture of figure_of() into `out`; the suffix says the format."""
+def draw(series: dict[str, dict], out: Path, title: str | None = None, smooth: int = 1, x: str = "steps",
+         size: tuple[float, float] | None = None, dpi: int = 300) -> None:
+    """The picture of figure_of() into `out`; the suffix says the format, `size` (inches) the
+    printed size, `dpi` a PNG's resolution."""
     import matplotlib.pyplot as plt
 
-    figure = figure_of(series, title, smooth, x)
-    try:
-        figure.savefig(out, dpi=150)
-    finally:
-        plt.close(figure)
+    with plt.rc_context(EMBEDDED_FONTS):
+        figure = figure_of(series, title, smooth, x, size)
+        try:
+            figure.savefig(out, dpi=dpi)
+        finally:
+            plt.close(figure)
 
 
-def figure_of(series: dict[str, dict], title: str | None = None, smooth: int = 1, x: str = "steps"):
-    """One panel for the training loss, one per validation figure; a study's band is its 95 % interval."""
+def identical_merged(series: dict[str, dict]) -> dict[str, dict]:
+    """The series, those equal in every number drawn merged into one, labelled by all their names."""
+    merged: dict[str, dict] = {}
+    for label, s in series.items():
+        twin = next((name for name, other in merged.items() if drawn_the_same(other, s)), None)
+        if twin is None:
+            merged[label] = {**s, "twins": [label]}
+        else:
+            merged[twin]["twins"].append(label)
+    return {(f"{', '.join(s['twins'])}: {len(s['twins'])} runs, identical" if len(s["twins"]) > 1 else label): s
+            for label, s in merged.items()}
+
+
+def drawn_the_same(a: dict, b: dict) -> bool:
+    keys = ("steps", "loss", "val_steps", "val", "seeds", "bands")
+    return all(a.get(key) == b.get(key) for key in keys)
+
+
+def figure_of(series: dict[str, dict], title: str | None = None, smooth: int = 1, x: str = "steps",
+              size: tuple[float, float] | None = None):
+    """One panel for the training loss, one per validation figure; a study's band is its 95 %
+    interval. `size` (inches) is the printed size: a narrow figure stacks its panels in one column."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no window, no display needed
     import matplotlib.pyplot as plt
 
+    series = identical_merged(series)
     names = list(dict.fromkeys(name for s in series.values() for name in s["val"]))
-    columns = min(3, 1 + len(names))
+    narrow = size is not None and size[0] < 5
+    columns = 1 if narrow else min(3, 1 + len(names))
     rows = math.ceil((1 + len(names)) / columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows), squeeze=False)
-    panels = list(axes.flat)
-    for label, s in series.items():
-        scale = s["steps_per_epoch"] if x == "epochs" else 1
-        legend = f"{label} (mean of {s['seeds']} seeds, 95% CI)" if s["seeds"] else label
-        steps = [step / scale for step in s["steps"]]
-        line = panels[0].plot(steps, trailing_mean(s["loss"], smooth), label=legend, linewidth=1)[0]
-        band(panels[0], steps, s, "loss", line.get_color(), smooth)
+    size = size or (4.2 * columns, 3.4 * rows + 0.6)
+    with plt.rc_context({"font.size": 8 if narrow else 10}):
+        figure, axes = plt.subplots(rows, columns, figsize=size, squeeze=False, layout="constrained")
+        panels = list(axes.flat)
+        for label, s in series.items():
+            draw_series(panels, names, label, s, smooth, x)
+        axis = "epoch" if x == "epochs" else "step"
+        panels[0].set(xlabel=axis, ylabel="training loss" + (f" (mean of {smooth} steps)" if smooth > 1 else ""))
         for panel, name in zip(panels[1:], names, strict=False):
-            if name in s["val"]:
-                val_steps = [step / scale for step in s["val_steps"]]
-                panel.plot(val_steps, s["val"][name], marker="o", markersize=3, color=line.get_color(), label=legend)
-                band(panel, val_steps, s, f"val_{name}", line.get_color())
-    axis = "epoch" if x == "epochs" else "step"
-    panels[0].set(xlabel=axis, ylabel="training loss" + (f" (mean of {smooth} steps)" if smooth > 1 else ""))
-    for panel, name in zip(panels[1:], names, strict=False):
-        panel.set(xlabel=axis, ylabel=f"validation {name}")
-    for panel in panels[1 + len(names):]:
-        panel.set_visible(False)
-    panels[0].legend(fontsize="small")
-    if title:
-        figure.suptitle(title)
-    figure.tight_layout()
+            panel.set(xlabel=axis, ylabel=f"validation {name}")
+        for panel in panels[1 + len(names):]:
+            panel.set_visible(False)
+        # Below the panels, over no curve: as many columns as fit the width.
+        figure.legend(*panels[0].get_legend_handles_labels(), loc="outside lower center", fontsize="small",
+                      ncols=1 if narrow else min(3, len(series)), frameon=False)
+        if title:
+            figure.suptitle(title)
     return figure
+
+
+def draw_series(panels: list, names: list[str], label: str, s: dict, smooth: int, x: str) -> None:
+    scale = s["steps_per_epoch"] if x == "epochs" else 1
+    legend = f"{label} (mean of {s['seeds']} seeds, 95% CI)" if s["seeds"] else label
+    if s.get("non_finite_step") is not None:
+        legend += f" (not finite from step {s['non_finite_step']})"
+    steps = [step / scale for step in s["steps"]]
+    line = panels[0].plot(steps, trailing_mean(s["loss"], smooth), label=legend, linewidth=1)[0]
+    band(panels[0], steps, s, "loss", line.get_color(), smooth)
+    for panel, name in zip(panels[1:], names, strict=False):
+        if name in s["val"]:
+            val_steps = [step / scale for step in s["val_steps"]]
+            panel.plot(val_steps, s["val"][name], marker="o", markersize=3, color=line.get_color(), label=legend)
+            band(panel, val_steps, s, f"val_{name}", line.get_color())
 
 
 def band(panel, steps: list[float], series: dict, key: str, color: str, smooth: int = 1) -> None:
@@ -152,7 +198,7 @@ def save_picture(series: dict[str, dict], out: Path, **options) -> str | None:
     return problem
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser():
     parser = make_parser("plot", "Draw runs and studies.")
     parser.add_argument("paths", type=Path, nargs="+", metavar="PATH", help="run folders or study folders")
     parser.add_argument("--out", type=Path, required=True, help="the picture to write: .png, .pdf or .svg")
@@ -163,11 +209,32 @@ def main(argv: list[str] | None = None) -> int:
                         "mean of N steps (default: 1, as recorded)")
     parser.add_argument("--x", choices=("steps", "epochs"), default="steps",
                         help="the horizontal axis (default: steps)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--column", choices=tuple(COLUMNS), default=None, help="a journal's width: one column "
+                        f"({COLUMNS['one']} in) or two ({COLUMNS['two']} in), the panels stacked in one column when "
+                        "narrow (default: as wide as the panels need)")
+    parser.add_argument("--width", type=float, default=None, help="the printed width in inches (default: --column's)")
+    parser.add_argument("--height", type=float, default=None, help="the printed height in inches (default: to fit)")
+    parser.add_argument("--dpi", type=int, default=300, help="a PNG's dots per inch (default: 300)")
+    return parser
+
+
+def flags_problem(args) -> str | None:
+    """A contradiction or a value out of range among the flags, as one line."""
+    for name in ("width", "height", "dpi"):
+        if getattr(args, name) is not None and not getattr(args, name) > 0:
+            return f"--{name} must be above 0, not {getattr(args, name)}"
     if args.label and len(args.label) != len(args.paths):
-        parser.error(f"--label given {len(args.label)} times for {len(args.paths)} paths; give one per path")
+        return f"--label given {len(args.label)} times for {len(args.paths)} paths; give one per path"
     if args.smooth < 1:
-        parser.error(f"--smooth must be at least 1, not {args.smooth}")
+        return f"--smooth must be at least 1, not {args.smooth}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if flags_problem(args):
+        parser.error(flags_problem(args))
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -178,11 +245,26 @@ def main(argv: list[str] | None = None) -> int:
             series[label] = study_series(path) if (path / "study.json").exists() else run_series(read_run(path))
     except RunError as error:
         parser.error(str(error))
-    problem = save_picture(series, args.out, title=args.title, smooth=args.smooth, x=args.x)
+    problem = save_picture(series, args.out, title=args.title, smooth=args.smooth, x=args.x,
+                           size=printed_size(args, series), dpi=args.dpi)
     if problem:
         parser.error(problem)
+    for label, s in series.items():
+        if s.get("non_finite_step") is not None:
+            print(f"note: {label} failed: its loss or a gradient is not finite from step {s['non_finite_step']}")
     print(f"wrote {args.out}")
     return 0
+
+
+def printed_size(args, series: dict[str, dict]) -> tuple[float, float] | None:
+    """(width, height) in inches from --column, --width and --height; None: as the panels need."""
+    width = args.width or COLUMNS.get(args.column)
+    if width is None and args.height is None:
+        return None
+    panels = 1 + len({name for s in series.values() for name in s["val"]})
+    width = width or 4.2 * min(3, panels)
+    columns = 1 if width < 5 else min(3, panels)
+    return width, args.height or (width / columns) * 0.75 * math.ceil(panels / columns) + 0.8
 
 
 if __name__ == "__main__":
