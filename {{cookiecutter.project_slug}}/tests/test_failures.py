@@ -59,10 +59,11 @@ def failed_then_resumed(root: Path) -> dict:
                     env=python_env(PYTHONHASHSEED="7", FAIL_AT_SAMPLE=str(index)))
     code, stderr = failing.wait(), failing.stderr
     checkpoints = sorted(path.name for path in (root / "run" / "checkpoints").glob("step-*.pt"))
+    error_log = (root / "run" / "error.log").read_text()
     resumed = start_module("train", "--out", str(root / "run"), "--resume", log=root / "resumed.log")
     assert resumed.wait() == 0, resumed.stderr[-3000:]
-    return {"code": code, "stderr": stderr, "index": index, "checkpoints": checkpoints,
-            "error_log": (root / "run" / "error.log").read_text(), "run": read_run(root / "run")}
+    return {"code": code, "stderr": stderr, "index": index, "checkpoints": checkpoints, "error_log": error_log,
+            "error_log_after_the_resume": (root / "run" / "error.log").exists(), "run": read_run(root / "run")}
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +74,11 @@ def failure_or_setup_failure(tmp_path_factory):
 @pytest.fixture
 def failure(failure_or_setup_failure, request):
     return value_of(failure_or_setup_failure, request)
+
+
+def test_the_failures_error_log_goes_once_the_run_resumed_and_finished(failure):
+    """A stale error.log would describe a run that no longer failed."""
+    assert failure["error_log"] and not failure["error_log_after_the_resume"]
 
 
 def test_a_dataset_error_in_a_worker_is_one_line_naming_the_sample_and_its_message(failure):

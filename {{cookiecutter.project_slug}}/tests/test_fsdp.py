@@ -368,7 +368,7 @@ def test_a_sharded_checkpoint_missing_a_shard_is_skipped_and_with_none_whole_the
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[:-1] == [f"warning: skipping damaged checkpoint {folder} (shard __1_0.distcp is missing)"
                           for folder in reversed(checkpoints)]
-    assert "--resume: no intact checkpoint" in lines[-1]
+    assert f"--resume: all {len(checkpoints)} checkpoints in" in lines[-1] and "are damaged" in lines[-1]
     assert files(stopped) == before
 
 

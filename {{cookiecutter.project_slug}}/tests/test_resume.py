@@ -182,13 +182,24 @@ def test_a_resume_from_the_checkpoint_after_the_last_epoch_says_so_and_writes_th
     assert read_run(copy).weights == runs["seed7"].weights
 
 
-def test_resume_where_no_checkpoint_is_intact_is_refused(interrupted, tmp_path, capsys):
+def test_resume_where_every_checkpoint_is_damaged_is_refused_saying_so(interrupted, tmp_path, capsys):
     run, _ = interrupted[1]["sigterm"]
     copy = shutil.copytree(run.path, tmp_path / "copy")
     (copy / "summary.json").unlink()
     for path in (copy / "checkpoints").glob("step-*.pt"):
         path.write_bytes(b"not a checkpoint")
-    assert "no intact checkpoint" in refused(["--out", str(copy), "--resume"], capsys)
+    line = refused(["--out", str(copy), "--resume"], capsys)
+    assert "all 3 checkpoints" in line and "are damaged" in line and "before its first" not in line
+
+
+def test_resume_of_a_run_that_wrote_no_checkpoint_yet_says_that_and_not_damaged(interrupted, tmp_path, capsys):
+    """The negative control of the test above: told apart, each gets its own sentence."""
+    run, _ = interrupted[1]["sigterm"]
+    copy = shutil.copytree(run.path, tmp_path / "copy")
+    (copy / "summary.json").unlink()
+    shutil.rmtree(copy / "checkpoints")
+    line = refused(["--out", str(copy), "--resume"], capsys)
+    assert "no checkpoint in" in line and "yet" in line and "damaged" not in line
 
 
 def test_resume_of_a_finished_run_with_other_settings_is_refused_too(runs, capsys):
@@ -228,3 +239,68 @@ def test_resume_where_there_is_no_run_is_refused(tmp_path, capsys):
 def test_a_new_run_into_an_interrupted_one_is_refused_and_points_to_resume(tmp_path, capsys):
     (tmp_path / "config.json").write_text("{}")
     assert "--resume" in refused(["--out", str(tmp_path)], capsys)
+
+
+def finished_copy(interrupted, tmp_path) -> Path:
+    """A copy of a finished run, as if killed between its last checkpoint and its result."""
+    run, _ = interrupted[1]["sigterm"]
+    copy = shutil.copytree(run.path, tmp_path / "copy")
+    (copy / "summary.json").unlink()
+    return copy
+
+
+@pytest.mark.parametrize("unfit", ["a tensor of another shape", "no optimizer"])
+def test_a_checkpoint_that_loads_but_does_not_fit_is_skipped_saying_why_and_the_result_is_exact(
+        unfit, interrupted, runs, tmp_path, capsys):
+    """A file that loads is not yet a checkpoint of this run: one that does not fit the model or the
+    optimizer counts as damaged, the one before it is used, and the resume is still exact."""
+    import torch
+
+    copy = finished_copy(interrupted, tmp_path)
+    newest = sorted((copy / "checkpoints").glob("step-*.pt"))[-1]
+    state = torch.load(newest, weights_only=True)
+    if unfit == "no optimizer":
+        del state["optimizer"]
+    else:
+        name = next(iter(state["model"]))
+        state["model"][name] = torch.zeros(3, 1, 1)
+    torch.save(state, newest)
+    assert main(["--out", str(copy), "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: skipping checkpoint {newest}: it does not fit the model and optimizer" in err
+    resumed = read_run(copy)
+    assert resumed.metrics == runs["seed7"].metrics and resumed.weights == runs["seed7"].weights
+
+
+def test_a_metrics_csv_shorter_than_its_checkpoint_counts_is_refused_in_one_line_and_left_as_it_was(
+        interrupted, tmp_path, capsys):
+    """Rows lost after the checkpoint counted them (a restore from a backup, say): resuming would
+    leave a gap in metrics.csv, so it is refused."""
+    copy = finished_copy(interrupted, tmp_path)
+    lines = (copy / "metrics.csv").read_text().splitlines(keepends=True)
+    (copy / "metrics.csv").write_text("".join(lines[: len(lines) // 2]))
+    before = {path: path.read_bytes() for path in copy.rglob("*") if path.is_file()}
+    line = refused(["--out", str(copy), "--resume"], capsys)
+    assert "whole rows, fewer than the" in line and "--overwrite" in line
+    assert {path: path.read_bytes() for path in copy.rglob("*") if path.is_file()} == before
+
+
+def test_a_torn_last_row_is_cut_back_with_a_note_and_the_result_is_exact(interrupted, runs, tmp_path, capsys):
+    """A kill while a row was written leaves half a row: cut back, never appended to."""
+    copy = finished_copy(interrupted, tmp_path)
+    with open(copy / "metrics.csv", "a") as metrics:
+        metrics.write("1,99,train,0.12")  # no newline: torn
+    assert main(["--out", str(copy), "--resume"]) == 0
+    assert "ended in a torn row" in capsys.readouterr().err
+    resumed = read_run(copy)
+    assert resumed.metrics == runs["seed7"].metrics and resumed.weights == runs["seed7"].weights
+
+
+def test_what_interrupted_writes_and_an_earlier_failure_left_is_cleared_when_the_run_resumes(interrupted, tmp_path):
+    copy = finished_copy(interrupted, tmp_path)
+    leftovers = [copy / "checkpoints" / ".step-00000099.pt.1a2b3c4d.tmp", copy / ".metrics.csv.5e6f7a8b.tmp",
+                 copy / "error.log"]
+    for path in leftovers:
+        path.write_text("left by a kill")
+    assert main(["--out", str(copy), "--resume"]) == 0
+    assert [path for path in leftovers if path.exists()] == []

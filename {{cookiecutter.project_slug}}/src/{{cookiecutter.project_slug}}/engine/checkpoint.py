@@ -66,14 +66,30 @@ def load_latest_checkpoint(folder: Path, sharded: bool = False) -> tuple[dict, P
     each (the caller says which one it resumes from). None when none is intact. `sharded`: the
     folders that --parallel fsdp writes; only their state.pt is loaded here, the shards are
     checked to be all there."""
+    intact = intact_checkpoints(folder, sharded, warn=True, first_only=True)
+    return intact[0] if intact else None
+
+
+def checkpoint_paths(folder: Path, sharded: bool = False) -> list[Path]:
+    """Every checkpoint of the format, newest first, whole or not."""
     paths = [path for path in folder.glob("step-*") if path.is_dir()] if sharded else folder.glob("step-*.pt")
-    for path in sorted(paths, reverse=True):
+    return sorted(paths, reverse=True)
+
+
+def intact_checkpoints(folder: Path, sharded: bool = False, warn: bool = True,
+                       first_only: bool = False) -> list[tuple[dict, Path]]:
+    """The checkpoints that load, newest first (only the newest with `first_only`), each damaged
+    or unsafe one skipped with a one-line warning."""
+    intact = []
+    for path in checkpoint_paths(folder, sharded):
         state, problem = read_sharded_checkpoint(path) if sharded else read_checkpoint(path)
         if problem is None:
-            return state, path
-        if distributed.context()[0] == 0:
+            intact.append((state, path))
+            if first_only:
+                break
+        elif warn and distributed.context()[0] == 0:
             print(f"warning: skipping damaged checkpoint {path} ({problem})", file=sys.stderr)
-    return None
+    return intact
 
 
 def read_checkpoint(path: Path) -> tuple[dict | None, str | None]:

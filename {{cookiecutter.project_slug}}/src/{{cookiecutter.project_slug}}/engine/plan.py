@@ -7,7 +7,7 @@ Every check of the input happens here: a mistake gets one line and exit 2, and a
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -17,7 +17,13 @@ from .. import DEFAULT_SEED
 from ..config import Config, parse_command_line, resume_config
 from ..utils.device import select_device
 from . import distributed
-from .checkpoint import load_latest_checkpoint
+from .checkpoint import (
+    checkpoint_paths,
+    intact_checkpoints,
+    load_latest_checkpoint,
+    read_checkpoint,
+    read_sharded_checkpoint,
+)
 from .cli import PACKAGE, prog
 from .cli import refuse as refuse_with
 from .precision import compile_problem, precision_problem
@@ -42,6 +48,7 @@ class Plan:
     settings_added: tuple[str, ...] = ()  # settings the resumed run's config.json lacked (recorded before they existed)
     started_with: int = 1  # the world size the run started with (config.json's), whatever it is now
     world_sizes: tuple[dict, ...] = ()  # its history once resumed (world_sizes.py); () if it never changed
+    older_checkpoints: tuple[Path, ...] = ()  # the ones before resume_from, newest first, not yet read
 
 
 def plan_run(argv: list[str] | None) -> Plan | None:
@@ -63,7 +70,7 @@ def plan_run(argv: list[str] | None) -> Plan | None:
             unlock_folder(out)
             return None
         refuse_if(parallel_problem(config))
-        checkpoint, path = newest_checkpoint(out, config)
+        checkpoint, path, older = intact_or_refuse(out, config)
         history = resumed_history(out, started_with, checkpoint, world_size)
     else:
         config = Config(**typed, world_size=world_size)
@@ -77,7 +84,7 @@ def plan_run(argv: list[str] | None) -> Plan | None:
     except ValueError as error:
         refuse(str(error))
     return Plan(config, out, device, checkpoint, path, args.stop_after_steps, tuple(added), started_with,
-                tuple(history))
+                tuple(history), tuple(older) if args.resume else ())
 
 
 def parallel_problem(config: Config) -> str | None:
@@ -87,21 +94,57 @@ def parallel_problem(config: Config) -> str | None:
     return None
 
 
-def newest_checkpoint(out: Path, config: Config) -> tuple[dict, Path]:
-    """The newest intact checkpoint of the run in `out`, in the format its --parallel writes."""
-    newest = load_latest_checkpoint(out / "checkpoints", sharded=config.parallel == "fsdp")
-    if newest is None:
-        other = load_latest_checkpoint(out / "checkpoints", sharded=config.parallel != "fsdp")
+def intact_or_refuse(out: Path, config: Config) -> tuple[dict, Path, list[Path]]:
+    """The newest intact checkpoint of the run in `out`, in the format its --parallel writes, its
+    file, and the older checkpoints' files (read only if that one does not fit the model); one
+    line and exit 2 when none is intact, telling a run whose checkpoints are all damaged from one
+    that wrote none yet."""
+    sharded = config.parallel == "fsdp"
+    intact = intact_checkpoints(out / "checkpoints", sharded, first_only=True)
+    if not intact:
+        other = load_latest_checkpoint(out / "checkpoints", sharded=not sharded)
         if other is not None:  # a folder edited by hand: config.json and the checkpoints disagree
             refuse(f"--resume: {other[1]} was written by another --parallel than config.json's "
                    f"{config.parallel!r}, and cannot be resumed as that")
-        refuse(f"--resume: no intact checkpoint in {out / 'checkpoints'} (the run stopped before its first one); "
+        written = checkpoint_paths(out / "checkpoints", sharded)
+        if written:
+            refuse(f"--resume: all {len(written)} checkpoints in {out / 'checkpoints'} are damaged (the warnings "
+                   "above say how); nothing intact to resume from: start it again with --overwrite")
+        refuse(f"--resume: no checkpoint in {out / 'checkpoints'} yet (the run stopped before its first one); "
                "start it again with --overwrite")
-    checkpoint, path = newest
+    checkpoint, path = intact[0]
     if config.precision == "fp16" and not checkpoint.get("scaler"):
         refuse(f"--resume: {path} has no GradScaler state, which an fp16 run needs to continue exactly "
                "(a fresh scaler would start from another loss scale); start again with --overwrite")
-    return checkpoint, path
+    paths = checkpoint_paths(out / "checkpoints", sharded)
+    return checkpoint, path, paths[paths.index(path) + 1:]
+
+
+def load_one_that_fits(plan: Plan, state) -> Plan:
+    """Loads into `state` (a TrainingState) the newest intact checkpoint that fits its model and
+    optimizer, and returns the plan with it. One that loads as a file but does not fit them
+    (another shape, a part missing) counts as damaged, as a torn one does: a warning says why, and
+    the one before it is tried. One line and exit 2 if none fits."""
+    sharded = plan.config.parallel == "fsdp"
+    candidates = [(plan.resume_from, plan.resume_path), *((None, path) for path in plan.older_checkpoints)]
+    for checkpoint, path in candidates:
+        if checkpoint is None:
+            checkpoint, problem = read_sharded_checkpoint(path) if sharded else read_checkpoint(path)
+            if problem is not None:
+                say(f"warning: skipping damaged checkpoint {path} ({problem})")
+                continue
+        try:
+            state.load_checkpoint(checkpoint, path)
+        except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as error:
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+            say(f"warning: skipping checkpoint {path}: it does not fit the model and optimizer ({reason})")
+            continue
+        if path == plan.resume_path:
+            return plan
+        history = resumed_history(plan.out, plan.started_with, checkpoint, plan.config.world_size)
+        return replace(plan, resume_from=checkpoint, resume_path=path, world_sizes=tuple(history))
+    refuse(f"--resume: no checkpoint in {plan.out / 'checkpoints'} fits the model and optimizer (the warnings above "
+           "say why): the task changed since they were written? Start it again with --overwrite")
 
 
 def resumed_history(out: Path, started_with: int, checkpoint: dict, world_size: int) -> list[dict]:

@@ -131,12 +131,25 @@ class MetricsLog:
         """A new file with just the header."""
         atomic_write_text(self.path, ",".join((*ROW_FIELDS, *self.names)) + "\n")
 
-    def cut_back(self) -> None:
+    def cut_back(self) -> str | None:
         """Keeps the header and the first `rows` rows: those a checkpoint had seen. Rows written
-        after it, possibly torn by a kill, are written again by the resumed run."""
+        after it, possibly torn by a kill, are written again by the resumed run. Returns a note when
+        the file ended in a torn row; ValueError (one line) when it holds fewer whole rows than the
+        checkpoint counts: the resumed run would leave a gap, or append to a torn row."""
         with open(self.path, newline="", encoding="utf-8") as file:
-            kept = file.read().splitlines(keepends=True)[: 1 + self.rows]
-        atomic_write_text(self.path, "".join(kept))
+            lines = file.read().splitlines(keepends=True)
+        fields = len(ROW_FIELDS) + len(self.names)
+        whole = next((i for i, line in enumerate(lines[1:]) if not line.endswith("\n")
+                      or len(line.rstrip("\n").split(",")) != fields), len(lines) - 1)
+        if whole < self.rows:
+            raise ValueError(f"{self.path} holds {whole} whole rows, fewer than the {self.rows} that its checkpoint "
+                             "counts: rows are missing, so the resumed run would leave a gap; start it again with "
+                             "--overwrite")
+        atomic_write_text(self.path, "".join(lines[: 1 + self.rows]))
+        if len(lines) > 1 and not lines[-1].endswith("\n"):
+            return (f"{self.path} ended in a torn row (written when the run was killed): cut back to the "
+                    f"{self.rows} rows its checkpoint counts")
+        return None
 
     def __enter__(self) -> MetricsLog:
         if self.writes:
@@ -163,15 +176,29 @@ class MetricsLog:
             os.fsync(self.file.fileno())
 
 
+def clear_leftovers(out: Path) -> None:
+    """Removes what no longer describes the run: an earlier failure's error.log, and the hidden
+    temporary files and folders of writes a kill interrupted (atomic writes, sharded checkpoints)."""
+    (out / ERROR_LOG).unlink(missing_ok=True)
+    for folder in (out, out / "checkpoints"):
+        for leftover in folder.glob(".*"):
+            if leftover.is_dir() and leftover.name.endswith((".partial", ".deleting", ".old")):
+                shutil.rmtree(leftover, ignore_errors=True)
+            elif leftover.name.endswith(".tmp"):
+                leftover.unlink(missing_ok=True)
+
+
 def write_result(out: Path, config, device: torch.device, weights: dict, steps: int, seconds: float,
                  figures: dict[str, float], headline: str) -> dict:
-    """model.pt and summary.json, the last files a run writes; returns the summary."""
+    """model.pt and summary.json, the last files a run writes; returns the summary. What an
+    earlier failure left (error.log, temporary files) goes: the run has finished."""
     summary = {"seed": config.seed, "data_seed": config.data_seed, "device": str(device),
                "weights_sha256": state_dict_sha256(weights), "train_seconds": seconds, "steps": steps,
                "world_size": config.world_size, "metrics": list(figures), "headline_metric": headline,
                **{f"val_{name}": value for name, value in figures.items()}}
     atomic_write(out / "model.pt", lambda file: torch.save(weights, file))
     write_json(out / "summary.json", summary)
+    clear_leftovers(out)
     return summary
 
 
