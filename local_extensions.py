@@ -10,7 +10,8 @@ since copier does not put the template's folder on the import path).
   The result is never a name the pre-generation hook refuses, so that the defaults always bake:
   a name that is a keyword or would shadow a module gets `_project` added (`Random` ->
   `random_project`, not `random`), one that starts with a digit gets `project_` in front
-  (`3D Model` -> `project_3d_model`). A package name typed as an answer is checked as typed.
+  (`3D Model` -> `project_3d_model`), and a very long one is cut to what a folder name may hold.
+  A package name typed as an answer is checked as typed.
 - `tojson`: replaces Jinja's `tojson`, which escapes every non-ASCII character (`\\u9879`) and
   HTML-escapes quotes. Ours keeps text readable and yields a double-quoted literal that is valid
   in Python, TOML and YAML alike: JSON escapes quotes, backslashes and control characters, and
@@ -63,6 +64,7 @@ def identifier(name: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "_", plain.lower()).strip("_") or "project"
     if slug[0].isdigit():  # `3d_model` is no identifier
         slug = f"project_{slug}"
+    slug = slug[: PRE_GEN.NAME_MAX - len("_project")].rstrip("_")  # a folder's name, with room for the suffix below
     # The hook's own check: a keyword, or a module the project or its users import (`random`).
     return f"{slug}_project" if PRE_GEN.check_slug(slug) else slug
 

@@ -40,9 +40,9 @@ RESEARCH_ONLY = (
     "src/{package}/doctor.py", "src/{package}/study.py", "src/{package}/plot.py", "src/{package}/__main__.py",
     "slurm", "docs",
     *(f"tests/test_{name}.py" for name in (
-        "checkpoint", "cluster", "commands", "config", "cudnn", "data", "distributed", "evaluate", "failures",
-        "fsdp", "fsdp_precision", "invariance", "loop", "machine", "plot", "precision", "resume", "settings",
-        "study", "task_contract", "tools", "tracking", "train")),
+        "checkpoint", "cluster", "commands", "config", "ctrl_c", "cudnn", "data", "distributed", "evaluate",
+        "failures", "fsdp", "fsdp_precision", "invariance", "loop", "machine", "nonfinite", "one_writer", "plot",
+        "precision", "resume", "settings", "study", "task_contract", "tools", "tracking", "train")),
     # Exercises about what the teaching size leaves out: accumulation, mid-epoch resume, cuDNN on a GPU.
     "exercises/08-cudnn-benchmark", "exercises/09-micro-batches-share-one-key",
     "exercises/10-loader-position-not-restored",

@@ -17,6 +17,7 @@ import sys
 from importlib import metadata
 
 MAX_SEED = 2**32 - 1
+NAME_MAX = 255  # bytes in one file or folder name: the limit of ext4, XFS, APFS, NTFS and most others
 MIN_PYTHON_MINOR = 10  # torch 2.x wheels need Python 3.10 or newer
 MIN_COOKIECUTTER = (2, 7)  # real booleans in cookiecutter.json, __prompts__, local extensions
 
@@ -52,6 +53,9 @@ def check_slug(slug: str) -> str | None:
     if not (slug.isidentifier() and slug.isascii() and slug == slug.lower()):
         return (f"the package name {slug!r} is not a lower-case Python identifier "
                 "(a-z, 0-9, _; not starting with a digit)")
+    if len(slug.encode()) > NAME_MAX:
+        return (f"the package name is {len(slug.encode())} characters long, over the {NAME_MAX} that a folder name "
+                "may have on most file systems: choose a shorter project_slug")
     if keyword.iskeyword(slug):
         return f"the package name {slug!r} is a Python keyword"
     if slug in sys.stdlib_module_names or slug in SHADOWED:

@@ -190,6 +190,9 @@ COPIER_REFUSES = {
         "ValueError: Invalid choice for 'license': 'GPL' is not in ['MIT', 'BSD-3-Clause', 'Apache-2.0', 'none']"),
     "init_git not a boolean": ("ValueError: Validation error for question 'init_git': "
                                "init_git must be true or false (or yes, no, 1, 0...), not 'maybe'"),
+    "package name over a folder name's limit": (
+        "ValueError: Validation error for question 'project_slug': the package name is 256 characters long, over "
+        "the 255 that a folder name may have on most file systems: choose a shorter project_slug"),
 }
 
 

@@ -61,6 +61,9 @@ REFUSED_BY_COOKIECUTTER = {
     "init_git not a boolean": (
         {"init_git": "maybe"}, "ValueError: maybe provided for variable init_git could not be converted to a boolean.",
     ),
+    # cookiecutter makes the project's folder before the pre-generation hook runs; the hook's check
+    # (check_slug) is what copier asks at its question.
+    "package name over a folder name's limit": ({"project_slug": "a" * 256}, "OSError: [Errno 36] File name too long"),
 }
 
 
@@ -335,3 +338,34 @@ def test_the_template_address_is_one_setting_that_the_template_readme_names():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "`__template_url` in\n`cookiecutter.json`" in readme or "`__template_url` in `cookiecutter.json`" in readme
     assert "org/repro-template" not in readme
+
+
+def test_the_hook_refuses_a_package_name_over_a_folder_names_limit_in_one_sentence():
+    assert "over the 255 that a folder name may have" in pre_gen.check_slug("a" * 256)
+    assert pre_gen.check_slug("a" * 255) is None
+
+
+def test_a_project_name_too_long_for_a_folder_derives_a_package_name_the_hook_takes_and_it_bakes(tmp_path):
+    """The derived name is cut to what a folder name may hold: the defaults always bake."""
+    slug = local_extensions.identifier("Experiment " * 30)  # 330 characters
+    assert len(slug) <= pre_gen.NAME_MAX and pre_gen.check_slug(slug) is None
+    result = cookiecutter_cli(tmp_path / "out", f"project_name={'Experiment ' * 30}", "init_git=no")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / slug / "src" / slug / "train.py").is_file()
+
+
+def test_answers_that_land_in_code_are_written_normalised(tmp_path):
+    """A seed with leading zeros or spaces, a Python version or an e-mail with spaces around it: the
+    hook reads them stripped, so the files get them so (`DEFAULT_SEED = 042` would not even parse)."""
+    result = cookiecutter_cli(tmp_path / "out", "seed= 042", "python_version= 3.11 ", "author_email= ada@example.org ",
+                              "init_git=no")
+    assert result.returncode == 0, result.stderr
+    project = tmp_path / "out" / "my_project"
+    init = (project / "src" / "my_project" / "__init__.py").read_text(encoding="utf-8")
+    assert "DEFAULT_SEED = 42  #" in init
+    compile(init, "__init__.py", "exec")
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["project"]["requires-python"] == ">=3.11"
+    assert pyproject["project"]["authors"][0]["email"] == "ada@example.org"
+    assert pyproject["tool"]["ruff"]["target-version"] == "py311"
+    assert '["3.11", "3.13"]' in (project / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8")

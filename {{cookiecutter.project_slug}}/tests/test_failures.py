@@ -161,3 +161,23 @@ def test_an_op_that_strict_mode_refuses_is_explained_in_one_line():
     assert "\n" not in line
     assert "on the CPU" not in explain_nondeterministic_error(refused.value, "cpu")  # already there
     assert explain_nondeterministic_error(RuntimeError("out of memory"), "cpu") is None
+
+
+def test_a_full_disk_says_no_space_left_and_what_checkpoints_really_holds(tmp_path, monkeypatch, capsys):
+    """torch.save reports a full disk as a RuntimeError of its zip writer, raised while handling the
+    OSError (ENOSPC): the line says what happened, and that no checkpoint is there to resume from."""
+    import errno
+
+    def full_disk(obj, file):
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0") from None
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    out = tmp_path / "run"
+    assert main(["--out", str(out), *FAST]) == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "no space left on device (" in line and "enforce fail" not in line
+    assert "it has no checkpoint to resume from" in line and "stands" not in line
+    assert list((out / "checkpoints").glob("*")) == []  # no half-written checkpoint left behind

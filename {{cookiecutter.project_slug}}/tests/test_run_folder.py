@@ -44,6 +44,7 @@ BAD = {
     "comma-separated GPUs": ("--device", "cuda:1,2"),
     "unknown determinism mode": ("--deterministic", "sometimes"),
     "resume without a checkpoint": ("--resume",),
+    "empty out (an unset shell variable)": ("--out", ""),
 }
 
 

@@ -154,6 +154,8 @@ BAD_FLAGS = {
     "batch not shared equally": ("--batch-size", "10", "--accumulate", "3"),
     "warm-up with one-cycle": ("--warmup-steps", "5"),
     "unknown optimizer": ("--optimizer", "lbfgs"),
+    "empty out (an unset shell variable)": ("--out", ""),
+    "a name over the file system's limit": ("--out", "x" * 300),
 }
 
 

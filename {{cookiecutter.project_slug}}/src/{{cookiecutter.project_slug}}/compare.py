@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .config import EXECUTION_ONLY, Config
-from .engine.cli import make_parser
+from .engine.cli import make_parser, run_command
 from .engine.environment import differences, explained_differences
 from .engine.runs import Run, RunError, first_divergence, read_run
 from .engine.world_sizes import describe
@@ -87,4 +87,4 @@ def draw_both(a: Run, b: Run, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("compare", main))

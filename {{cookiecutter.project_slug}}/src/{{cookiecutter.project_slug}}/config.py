@@ -63,6 +63,13 @@ def number(low: float, high: float = float("inf"), low_inclusive: bool = False):
     return parse
 
 
+def run_folder(text: str) -> Path:
+    """--out: a path; an empty one (an unset shell variable, `--out "$RUN"`) would be the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty (an unset shell variable?): name the run folder")
+    return Path(text)
+
+
 def parse_device(text: str) -> str:
     try:
         return device_name(text)
@@ -233,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
             parser.add_argument(flag(setting_field.name), type=meta["parse"], choices=meta["choices"],
                                 metavar=metavar, **options)
     # How to run, not what to compute: never part of the config.
-    parser.add_argument("--out", type=Path, default=None, help="run folder (default: runs/seed<SEED>)")
+    parser.add_argument("--out", type=run_folder, default=None, help="run folder (default: runs/seed<SEED>)")
     parser.add_argument("--overwrite", action="store_true", help="replace the run already in --out (default: off)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out from its newest intact checkpoint (default: off)")

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .engine.cli import make_parser, prog
+from .engine.cli import make_parser, prog, run_command
 from .engine.endings import explain_nondeterministic_error
 from .engine.environment import (
     NOTABLE_CPU_FLAGS,
@@ -283,4 +283,4 @@ def run_or_refuse(parser, args) -> Run | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("doctor", main))

@@ -25,7 +25,7 @@ import math
 import sys
 from pathlib import Path
 
-from .engine.cli import make_parser
+from .engine.cli import make_parser, run_command
 from .engine.files import file_in_the_way, write_problem
 from .engine.runs import Run, RunError, read_json, read_run
 from .engine.statistics import statistics_of
@@ -268,4 +268,4 @@ def printed_size(args, series: dict[str, dict]) -> tuple[float, float] | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("plot", main))

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from .config import EXECUTION_ONLY, Config, build_parser
-from .engine.cli import make_parser, prog
+from .engine.cli import make_parser, prog, run_command
 from .engine.cli import refuse as refuse_with
 from .engine.environment import differences
 from .engine.files import atomic_write_text, file_in_the_way, unwritable_reason, write_json
@@ -304,4 +304,4 @@ def train_seeds(args, seeds: list[int], flags: list[str]) -> tuple[dict, float |
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("study", main))

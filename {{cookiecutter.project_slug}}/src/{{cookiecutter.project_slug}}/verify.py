@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .engine.cli import make_parser, refuse
+from .engine.cli import make_parser, refuse, run_command
 from .engine.environment import differences, environment_differences
 from .engine.files import scratch_problem
 from .engine.launch import launch_training
@@ -170,4 +170,4 @@ def report(original: Run, config: dict, rerun: Run, steps: int | None, lines: li
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("verify", main))

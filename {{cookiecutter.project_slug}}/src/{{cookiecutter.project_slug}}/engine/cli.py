@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 PACKAGE = "{{ cookiecutter.project_slug }}"
@@ -23,6 +24,17 @@ def refuse(command: str, message: str) -> NoReturn:
     """One line on stderr and exit 2."""
     print(f"{prog(command)}: error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def run_command(command: str, main: Callable[[], int]) -> int:
+    """A command's main(), as `python -m` runs it: Ctrl-C ends it with one line and exit status
+    130 (128 + SIGINT, as a shell reports it), never a KeyboardInterrupt traceback. What a run
+    in progress does with Ctrl-C (finish the step, write a checkpoint) is train's own."""
+    try:
+        return main()
+    except KeyboardInterrupt:
+        print(f"\n{prog(command)}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
 
 
 def make_parser(command: str, description: str) -> argparse.ArgumentParser:

@@ -6,7 +6,9 @@ train.py calls these where the run ends; they say where it ended and how to cont
 
 from __future__ import annotations
 
+import errno
 import re
+import shutil
 import signal
 import sys
 from collections.abc import Callable
@@ -55,14 +57,16 @@ def failed(plan: Plan, error: BaseException, step: int, checkpoint: Path | None)
         return stopped_non_finite(plan, error)
     explanation = explain_nondeterministic_error(error, plan.device.type)  # strict mode refused an op
     compile_problem = compile_failure(error)
-    what = explanation or compile_problem or describe_error(error)
+    what = explanation or compile_problem or no_space_left(error, plan.out) or describe_error(error)
     if step == 0 and plan.resume_from is None and distributed.rank() == 0 and plan.out.is_dir():
         clear_run_files(plan.out)  # nothing of value yet
     log = write_error_log(plan.out, error) if distributed.rank() == 0 and plan.out.is_dir() else None
     where = f"stopped at step {step}" if step else "failed before its first step"
+    newest = newest_checkpoint_of(plan.out)  # what is on disk, not what was meant to be
     kept = (f"checkpoint {checkpoint}; once fixed, continue with: {resume_command(plan)}" if checkpoint
             else "nothing to resume; once fixed, run the same command again" if not step and not plan.resume_from
-            else f"its newest checkpoint stands; once fixed, continue with: {resume_command(plan)}")
+            else f"its newest checkpoint, {newest}, stands; once fixed, continue with: {resume_command(plan)}"
+            if newest else "it has no checkpoint to resume from; once fixed, start it again with --overwrite")
     print(f"{prog('train')}: error: {where}: {what}" + (f"; traceback in {log}" if log else "") + f"; {kept}",
           file=sys.stderr)
     return 2 if compile_problem else 1
@@ -84,6 +88,21 @@ def stopped_non_finite(plan: Plan, error: NonFiniteStep) -> int:
           + "; a lower --lr, --clip-grad-norm, a fix of those samples or --nonfinite skip, then start again with "
           "--overwrite" + (f"; traceback in {log}" if log else ""), file=sys.stderr)
     return 1
+
+
+def no_space_left(error: BaseException, out: Path) -> str | None:
+    """'no space left on device' and what is free, when `error` (or an error it was raised from:
+    torch.save reports a full disk as a RuntimeError of its zip writer) is the disk being full."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            try:
+                free = f"{shutil.disk_usage(out).free / 2**20:.0f} MiB free"
+            except OSError:
+                free = "free space unknown"
+            return f"no space left on device ({free} where {out} is)"
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def newest_checkpoint_of(out: Path) -> str | None:

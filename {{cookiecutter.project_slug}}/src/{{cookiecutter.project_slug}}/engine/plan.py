@@ -27,7 +27,7 @@ from .checkpoint import (
 from .cli import PACKAGE, prog
 from .cli import refuse as refuse_with
 from .precision import compile_problem, precision_problem
-from .run_folder import ERROR_LOG, lock_folder, make_out_dir, out_dir_refusal, unlock_folder
+from .run_folder import ERROR_LOG, lock_folder, make_out_dir, name_problem, out_dir_refusal, unlock_folder
 from .runs import RunError, read_json
 from .startup import PORTABLE_CPU_KERNELS, missing_from_environment, portable_problem
 from .tracking import tracking_problem
@@ -59,6 +59,7 @@ def plan_run(argv: list[str] | None) -> Plan | None:
     checkpoint = path = None
     added: list[str] = []
     started_with, history = world_size, []
+    refuse_if(name_problem(out))  # before anything asks the file system about it
     if distributed.context()[0] == 0 and out.is_dir():  # first: a live run's folder is its own, say so before all
         refuse_if(lock_folder(out))
     if args.resume:

@@ -51,6 +51,21 @@ def out_dir_refusal(out: Path, overwrite: bool) -> str | None:
     return None
 
 
+def name_problem(out: Path) -> str | None:
+    """Why one of the names in --out is longer than the file system allows, as one line, or None.
+    Asked before anything else: the file system answers any other question about such a path
+    with an OSError of its own."""
+    try:
+        limit = os.pathconf(Path.cwd().anchor, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    for name in out.parts:
+        if len(os.fsencode(name)) > limit:
+            return (f"--out {str(out)[:40]}...: the name {name[:16]}... is {len(os.fsencode(name))} bytes long, over "
+                    f"this file system's limit of {limit}")
+    return None
+
+
 def make_out_dir(out: Path) -> str | None:
     """Creates `out` and checks that a file can be written there (os.access says yes for root even
     in /proc); the reason as one line if not. Touches no run file."""

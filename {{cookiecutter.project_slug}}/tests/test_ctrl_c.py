@@ -1,0 +1,36 @@
+"""Ctrl-C in any command ends it with one line and exit status 130 (128 + SIGINT, as a shell
+reports it), never a KeyboardInterrupt traceback; a training child it started stops with it.
+(What train does with Ctrl-C mid-run, finish the step and checkpoint, is tests/test_resume.py's.)"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from {{ cookiecutter.project_slug }}.engine.cli import run_command
+
+from conftest import alive, ended_in_time, start_module, wait_until
+
+
+def test_run_command_turns_a_keyboard_interrupt_into_one_line_and_130(capsys):
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    assert run_command("plot", interrupted) == 130
+    err = capsys.readouterr().err.strip()
+    assert err == "python -m {{ cookiecutter.project_slug }}.plot: interrupted (Ctrl-C)"
+
+
+@pytest.mark.parametrize("command, started", [("verify", "re-running"), ("doctor", "devices:")])
+def test_ctrl_c_in_a_command_that_trains_ends_it_in_one_line_with_exit_130(command, started, runs, tmp_path):
+    args = [str(runs["seed7"].path)] if command == "verify" else []
+    process = start_module(command, *args, log=tmp_path / command)
+    wait_until(lambda: started in process.stdout, process, f"{command} starting its work")
+    children = [int(pid) for pid in open(f"/proc/{process.popen.pid}/task/{process.popen.pid}/children").read().split()]
+    process.popen.send_signal(signal.SIGINT)  # the command alone, as a terminal's Ctrl-C reaches it first
+    assert process.wait() == 130, process.stderr[-3000:]
+    lines = process.stderr.strip().splitlines()
+    assert lines[-1] == f"python -m {{ cookiecutter.project_slug }}.{command}: interrupted (Ctrl-C)", lines
+    assert "Traceback" not in process.stderr
+    assert all(ended_in_time(child, limit=120) for child in children if alive(child))
