@@ -19,6 +19,9 @@ The targets (issue 22), all on the example task:
                      loss (cross-entropy) and nothing else. Neither evaluates nor checkpoints
                      (checkpoint_ms is apart). Both under --deterministic off, one thread.
   strict_vs_off      our loop under --deterministic strict against off
+  nonfinite_check_vs_none, folder_lock_us
+                     our loop against the same with its per-step check of a finite loss and
+                     gradients replaced by a constant; the one-off lock of a run folder, in µs
   loader_vs_plain_0_workers, loader_vs_plain_2_workers
                      samples/s of the project's loader (utils/data.py: make_loader) against a plain
                      shuffling DataLoader over the example's training set, whose augmentation draws
@@ -202,8 +205,8 @@ class Bench:
                     trained.train()
                     loader.sampler.set_epoch(state.epoch)
                     for micro_batches in pkg.loop.accumulation_windows(loader, config.accumulate):
-                        rows.add(state.epoch, state.step, pkg.train.train_step(trained, micro_batches, state, config,
-                                                                               device))
+                        sums, finite = pkg.train.train_step(trained, micro_batches, state, config, device)
+                        rows.add(state.epoch, state.step, sums, finite)
                         if state.step == 1:
                             synchronize(device)
                             first = time.perf_counter()
@@ -275,6 +278,31 @@ class Bench:
 
     def torch_only(self) -> Dataset:
         return restrict(TorchOnly(self.example), len(self.train_set))
+
+    def safety_costs(self, steps: int, repeats: int) -> dict[str, object]:
+        """What "nothing lost" costs: our loop against the same loop with the non-finite check
+        replaced by a constant (the flag still rides on the rows' read-back, now never false), and
+        the one-off lock of a run folder (taken and released), in µs."""
+        train, check = self.pkg.train, self.pkg.train.finite_step
+
+        def unchecked() -> float:
+            train.finite_step = lambda loss, gradients: True
+            try:
+                return self.ours(steps)[1]
+            finally:
+                train.finite_step = check
+
+        rates = alternate({"checked": lambda: self.ours(steps)[1], "unchecked": unchecked}, repeats)
+        folder = self.scratch / "locked"
+        folder.mkdir(exist_ok=True)
+        lock_us = []
+        for _ in range(max(5, repeats) * 20):
+            start = time.perf_counter()
+            assert self.pkg.run_folder.lock_folder(folder) is None
+            self.pkg.run_folder.unlock_folder(folder)
+            lock_us.append((time.perf_counter() - start) * 1e6)
+        return {"nonfinite_check_vs_none": ratio(rates, "checked", "unchecked"),
+                "folder_lock_us": statistics.median(lock_us)}
 
     def read_back_share(self, steps: int, repeats: int) -> dict[str, object]:
         """Steps/s of our loop reading the metrics back every step against every 50 (the default),
@@ -450,6 +478,7 @@ def measure(mode: str, scratch: Path) -> dict[str, object]:
 
     results: dict[str, object] = {}
     results.update(bench.loops(steps, repeats))
+    results.update(bench.safety_costs(steps, repeats))
     results.update(bench.loaders(loader_epochs, repeats))
     results["keyed_randomness_us_per_sample"] = bench.keyed_randomness_profile(repeats)
     results.update(bench.precision_and_compile(steps, repeats, compile_too=mode != "smoke"))
