@@ -540,3 +540,132 @@ def test_a_run_resumed_at_its_stop_step_before_the_evaluation_stops_after_it(tmp
     assert f"stopped after step {per_epoch()} as asked" in capsys.readouterr().out
     state, _ = read_checkpoint(sorted((tmp_path / "run" / "checkpoints").glob("step-*.pt"))[-1])
     assert (state["step"], state["epoch"], state["epoch_step"]) == (per_epoch(), 1, 0)
+
+
+# ---- a transformer's layout: tied embeddings, norms at the root --------------------------------
+
+# A task of its own, put in place of task.py's before train runs: a small language model whose
+# output layer is its embedding (nanoGPT's `lm_head.weight = wte.weight`), blocks in a ModuleList
+# named as the README's fsdp_blocks example names them, and a final norm at the root. FSDP shards
+# each block; the embedding, the tied head and the norm belong to the root's unit.
+TIED_TASK = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+from {package} import task
+
+VOCAB, LENGTH = 11, 8
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __init__(self, seed, count):
+        generator = torch.Generator().manual_seed(seed)
+        self.rows = torch.randint(VOCAB, (count, LENGTH + 1), generator=generator)
+        self.draws_from = ()
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, index):
+        return self.rows[index, :-1], self.rows[index, 1:]
+
+
+class TiedLanguageModel(nn.Module):
+    def __init__(self, width, dropout):
+        super().__init__()
+        self.embedding = nn.Embedding(VOCAB, width)
+        self.layers = nn.ModuleList([nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width), nn.GELU(),
+                                                   nn.Dropout(dropout)) for _ in range(2)])
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, VOCAB, bias=False)
+        self.head.weight = self.embedding.weight
+
+    def forward(self, tokens):
+        x = self.embedding(tokens)
+        for layer in self.layers:
+            x = x + layer(x)
+        return self.head(self.norm(x))
+
+
+def make_datasets(config):
+    return Tokens(config.data_seed, 100), Tokens(config.data_seed + 1, 34)
+
+
+def make_model(config, train_set):
+    return TiedLanguageModel(config.width, config.dropout)
+
+
+def fsdp_blocks(model):
+    return list(model.layers)
+
+
+def batch_sums(outputs, targets):
+    return dict(loss=F.cross_entropy(outputs.flatten(0, 1), targets.flatten(), reduction="sum"),
+                tokens=targets.numel())
+
+
+def metrics_from_sums(sums):
+    return dict(loss=sums["loss"] / sums["tokens"])
+
+
+task.make_datasets, task.make_model, task.fsdp_blocks = make_datasets, make_model, fsdp_blocks
+task.batch_sums, task.metrics_from_sums, task.HEADLINE_METRIC = batch_sums, metrics_from_sums, "loss"
+"""
+TIED = (*FLAGS, *FSDP, "--epochs", "3")
+
+
+def tied_launches(root: Path) -> dict:
+    """Two launches of the tied model under FSDP, one killed (SIGKILL, in its third epoch: after
+    evaluations and the checkpoints that follow them) and resumed at 2, 1 and 3 processes."""
+    prelude = TIED_TASK.format(package=PACKAGE)
+    script = root / "tied_train.py"
+    script.write_text(prelude + "\nimport sys\nfrom {package}.train import main\nsys.exit(main(sys.argv[1:]))\n".format(
+        package=PACKAGE))
+    held_script, marker = root / "tied_held.py", root / "tied_killed.held"
+    held_script.write_text(held_at_step_code(prelude))
+    env = python_env(PYTHONHASHSEED="7")
+    whole = {name: start(torchrun(2, str(script), *TIED, "--out", str(root / name)), root / f"{name}.log", env=env)
+             for name in ("tied", "tied_again")}
+    killed_step = 2 * math.ceil(100 / BATCH) + 2
+    killed = start(torchrun(2, str(held_script), str(killed_step), str(marker), *TIED, "--out", str(root / "killed")),
+                   root / "killed.log", env=env)
+    for rank in (0, 1):
+        wait_until(marker.with_name(f"{marker.name}.{rank}").exists, killed, f"rank {rank} reaching step {killed_step}")
+    killed.kill_group(signal.SIGKILL)
+    killed.popen.wait()
+    for name in ("killed_to1", "killed_to3"):
+        shutil.copytree(root / "killed", root / name)
+    resumed = {name: start(torchrun(processes, str(script), *TIED, "--out", str(root / name), "--resume"),
+                           root / f"{name}-resumed.log", env=env)
+               for name, processes in (("killed", 2), ("killed_to1", 1), ("killed_to3", 3))}
+    for name, process in [*whole.items(), *resumed.items()]:
+        assert process.wait() == 0, f"{name}:\n{process.stderr[-3000:]}"
+    return {name: read_run(root / name) for name in (*whole, *resumed)}
+
+
+@pytest.fixture(scope="module")
+def tied_or_failure(tmp_path_factory):
+    return once(lambda: tied_launches(tmp_path_factory.mktemp("tied")))
+
+
+@pytest.fixture
+def tied(tied_or_failure, request):
+    return value_of(tied_or_failure, request)
+
+
+def test_a_model_with_tied_embeddings_trains_under_fsdp_twice_to_the_same_bits(tied):
+    """Its root holds the tied embedding and the final norm: the state after each evaluation is the
+    state before it, so every checkpoint after one is written, and the runs repeat."""
+    assert tied["tied"].weights == tied["tied_again"].weights
+    assert tied["tied"].metrics == tied["tied_again"].metrics
+    assert sum(row["split"] == "val" for row in tied["tied"].metrics) == 3
+
+
+def test_a_tied_model_killed_under_fsdp_and_resumed_is_the_run_that_never_stopped(tied):
+    assert tied["killed"].weights == tied["tied"].weights and tied["killed"].metrics == tied["tied"].metrics
+
+
+@pytest.mark.parametrize("name, processes", [("killed_to1", 1), ("killed_to3", 3)])
+def test_a_tied_model_under_fsdp_resumes_at_another_world_size_and_records_it(name, processes, tied):
+    run = tied[name]
+    assert run.summary is not None and run.world_sizes and run.world_sizes[-1]["world_size"] == processes

@@ -154,6 +154,21 @@ def is_sharded(model: nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
+def reshard(model: nn.Module) -> None:
+    """Under FSDP, puts every unit's parameters back into their shards. FSDP2 keeps the root unit's
+    parameters gathered after its forward pass, for the backward pass it expects; after an
+    evaluation there is none, and the model's parameters would no longer be the shards that the
+    optimizer steps and a checkpoint saves (a KeyError in the optimizer's state_dict, with tied
+    embeddings or any parameter left to the root). Nothing to do without FSDP."""
+    if not is_sharded(model):
+        return
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
 def broadcast_buffers(model: nn.Module) -> None:
     """Rank 0's buffers (BatchNorm's running statistics, say) on every rank."""
     if dist.is_initialized() and dist.get_world_size() > 1:
