@@ -32,7 +32,7 @@ def make_places(root: Path) -> dict[str, Path]:
     run.mkdir()
     (run / "config.json").write_text(json.dumps(Config().to_dict()))
     (run / "environment.json").write_text("{}")
-    (run / "metrics.csv").write_text("epoch,step,split,loss\n0,1,train,2.5\n0,2,train,2.25\n0,2,val,2.0\n")
+    (run / "metrics.csv").write_text("epoch,step,split,lr,loss\n0,1,train,0.1,2.5\n0,2,train,0.1,2.25\n0,2,val,,2.0\n")
     (run / "summary.json").write_text(json.dumps({"weights_sha256": "0" * 64, "steps": 2, "val_loss": 2.0}))
     corrupt_run = root / "corrupt_run"
     corrupt_run.mkdir()

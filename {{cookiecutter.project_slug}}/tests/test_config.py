@@ -39,8 +39,11 @@ def test_every_flag_is_in_the_readme_table_with_its_default():
 
 
 def test_only_settings_that_change_no_result_may_change_on_resume():
-    assert set(EXECUTION_ONLY) == {"num_workers", "persistent_workers", "prefetch_factor", "checkpoint_every",
-                                   "tensorboard", "log_every"}
+    """These are "execution" settings (tests/test_settings.py shows each leaves the weights, and
+    perturbs any you add); every other setting is kept on --resume."""
+    assert {"num_workers", "persistent_workers", "prefetch_factor", "checkpoint_every", "tensorboard",
+            "log_every"} <= set(EXECUTION_ONLY)
+    assert not {"seed", "lr", "precision", "device", "parallel", "nonfinite"} & set(EXECUTION_ONLY)
 
 
 def test_the_hidden_constants_of_the_recipe_are_recorded_settings():

@@ -5,12 +5,14 @@ reports it), never a KeyboardInterrupt traceback; a training child it started st
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 
 import pytest
 
 from {{ cookiecutter.project_slug }}.engine.cli import run_command
 
-from conftest import alive, ended_in_time, start_module, wait_until
+from conftest import PACKAGE, alive, ended_in_time, python_env, start_module, wait_until
 
 
 def test_run_command_turns_a_keyboard_interrupt_into_one_line_and_130(capsys):
@@ -34,3 +36,27 @@ def test_ctrl_c_in_a_command_that_trains_ends_it_in_one_line_with_exit_130(comma
     assert lines[-1] == f"python -m {{ cookiecutter.project_slug }}.{command}: interrupted (Ctrl-C)", lines
     assert "Traceback" not in process.stderr
     assert all(ended_in_time(child, limit=120) for child in children if alive(child))
+
+
+# Ctrl-C at the worst moment: while the training child is being forked. Python runs its at-fork
+# hooks then, and a KeyboardInterrupt raised in one is printed and ignored.
+CTRL_C_DURING_FORK = """
+import os, signal, sys
+from {package}.engine.launch import launch_training
+
+os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), signal.SIGINT))
+try:
+    child = launch_training("--help")
+except KeyboardInterrupt:
+    sys.exit(130)
+child.wait()
+sys.exit(0)
+"""
+
+
+def test_ctrl_c_while_a_command_forks_its_training_child_still_interrupts_it():
+    """SIGINT is blocked while the child is forked: it arrives once Popen is done, as a
+    KeyboardInterrupt the command handles, instead of vanishing in an at-fork hook."""
+    done = subprocess.run([sys.executable, "-c", CTRL_C_DURING_FORK.format(package=PACKAGE)], capture_output=True,
+                          text=True, env=python_env(), timeout=120)
+    assert done.returncode == 130, done.stderr[-2000:]

@@ -619,8 +619,7 @@ def tied_launches(root: Path) -> dict:
     evaluations and the checkpoints that follow them) and resumed at 2, 1 and 3 processes."""
     prelude = TIED_TASK.format(package=PACKAGE)
     script = root / "tied_train.py"
-    script.write_text(prelude + "\nimport sys\nfrom {package}.train import main\nsys.exit(main(sys.argv[1:]))\n".format(
-        package=PACKAGE))
+    script.write_text(prelude + f"\nimport sys\nfrom {PACKAGE}.train import main\nsys.exit(main(sys.argv[1:]))\n")
     held_script, marker = root / "tied_held.py", root / "tied_killed.held"
     held_script.write_text(held_at_step_code(prelude))
     env = python_env(PYTHONHASHSEED="7")

@@ -53,8 +53,8 @@ def test_the_loop_reads_the_metrics_back_once_every_n_steps_not_once_a_step(tmp_
     rows = StepRows(log, task, cpu, every)
     reads = count_reads(monkeypatch)
     with log:
-        for _, sums in zip(range(2 * every), training_steps(model, loader, state, config, cpu), strict=False):
-            rows.add(state.epoch, state.step, sums)
+        for _, (sums, finite) in zip(range(2 * every), training_steps(model, loader, state, config, cpu), strict=False):
+            rows.add(state.epoch, state.step, sums, finite)
     assert state.step == 2 * every and log.rows == 2 * every  # every step has its row...
     assert reads == ["tolist in loop.py"] * 2  # ...read back in one transfer per `every` steps
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import signal
 import sys
 from pathlib import Path
@@ -34,22 +35,57 @@ from conftest import (
 )
 
 DEFAULTS = Config()
-# A base where every setting can act: the cosine schedule takes --warmup-steps, SGD takes --momentum.
+# A base where every setting can act: the cosine schedule takes --warmup-steps and --min-lr, SGD
+# takes --momentum.
 BASE = ("--epochs", "1", "--device", "cpu", "--max-samples", "64", "--batch-size", str(BATCH), "--schedule", "cosine",
         "--checkpoint-every", "0", "--seed", "7")
-# For each setting that affects the weights, another value (set over BASE).
+# For each setting that affects the weights, another value (set over BASE, or over the run that
+# ON names, where the setting needs another to act).
 PERTURBED = {
     "seed": 8, "data_seed": (DEFAULTS.data_seed + 1) % 2**32, "epochs": 2, "batch_size": BATCH // 2, "accumulate": 2,
     "max_samples": 48, "optimizer": "adamw", "lr": DEFAULTS.lr * 2, "schedule": "constant", "warmup_steps": 3,
-    "momentum": 0.5, "weight_decay": 0.05, "clip_grad_norm": 0.01, "width": max(1, DEFAULTS.width // 2),
+    "min_lr": DEFAULTS.lr / 10, "decay_steps": 2, "momentum": 0.5, "beta2": 0.95, "weight_decay": 0.05,
+    "weight_decay_on": "weights", "clip_grad_norm": 0.01, "width": max(1, DEFAULTS.width // 2),
     "dropout": 0.5 if DEFAULTS.dropout != 0.5 else 0.1, "precision": "bf16",
 }
+REFERENCES = {"adamw": ["--optimizer", "adamw"], "one_cycle": ["--schedule", "one-cycle"]}
+ON = {"beta2": "adamw"}  # AdamW's alone
 # Settings that change no weight, each with another value: the weights must stay.
 UNCHANGED = {"val_batch_size": 7, "eval_every": 0, "log_every": 1, "checkpoint_every": 1, "num_workers": 1}
 # Whether these change bits depends on the machine (GPU kernels, thread splits, a compiler): they
 # are recorded and kept on --resume; the GPU and slow tiers test them where they act.
 # --parallel acts under torchrun only; tests/test_fsdp.py shows where it changes no bit (2 gloo ranks).
 MACHINE = {"threads", "cpu_kernels", "device", "deterministic", "compile", "parallel"}
+# Settings proven by tests of their own: they need others to act, or what they change is not weights.
+ELSEWHERE = {"nonfinite": "tests/test_nonfinite.py", "tensorboard": "tests/test_tracking.py",
+             "persistent_workers": "tests/test_invariance.py", "prefetch_factor": "tests/test_invariance.py",
+             "world_size": "tests/test_distributed.py (torchrun sets it)"}
+
+
+def another_value(setting: dataclasses.Field):
+    """A value other than the default, for a setting this file does not list (one you added to
+    config.py, or one whose effect you changed): None if there is no obvious one."""
+    default, choices = setting.default, setting.metadata["choices"]
+    if choices:
+        return next(choice for choice in choices if choice != default)
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, int):
+        return default + 1
+    if isinstance(default, float):
+        return default / 2 if default else 0.5
+    return None
+
+
+def perturbations(effects: tuple[str, ...], listed: dict) -> dict:
+    """Another value for each setting whose effect is one of `effects`: the one listed here, else
+    another_value's."""
+    return {f.name: listed[f.name] if f.name in listed else another_value(f)
+            for f in dataclasses.fields(Config) if effect_of(f.name) in effects and f.name not in ELSEWHERE}
+
+
+WEIGHTS = perturbations(("weights",), PERTURBED)
+NO_WEIGHTS = perturbations(("evaluation", "execution"), UNCHANGED)
 
 RUNS_IN_ONE_PROCESS = """
 import json, sys
@@ -60,13 +96,13 @@ for name, argv in json.loads(sys.argv[1]).items():
 
 
 def flags_of(name: str, value) -> list[str]:
-    return [flag(name), str(value)]
+    return [*REFERENCES.get(ON.get(name), []), flag(name), str(value)]
 
 
 def perturbation_runs(root: Path) -> dict:
-    runs = {"base": [], **{name: flags_of(name, value) for name, value in {**PERTURBED, **UNCHANGED}.items()},
+    perturbed = {name: flags_of(name, value) for name, value in {**WEIGHTS, **NO_WEIGHTS}.items()}
+    runs = {"base": [], **REFERENCES, **perturbed,
             "momentum_under_one_cycle": ["--schedule", "one-cycle", "--momentum", "0.5"],
-            "one_cycle": ["--schedule", "one-cycle"], "adamw": ["--optimizer", "adamw"],
             "momentum_under_adamw": ["--optimizer", "adamw", "--momentum", "0.5"], "base_again": []}
     argvs = {name: [*BASE, *extra, "--out", str(root / name)] for name, extra in runs.items()}
     process = start([sys.executable, "-c", RUNS_IN_ONE_PROCESS.format(package=PACKAGE), json.dumps(argvs)],
@@ -85,10 +121,12 @@ def perturbed(perturbed_or_failure, request):
     return value_of(perturbed_or_failure, request)
 
 
-def test_every_setting_that_affects_the_weights_has_a_perturbation_here():
-    weights = {f.name for f in dataclasses.fields(Config) if effect_of(f.name) == "weights"}
-    assert weights == set(PERTURBED), f"add a value to PERTURBED for: {sorted(weights - set(PERTURBED))}"
-    assert {f.name for f in dataclasses.fields(Config) if effect_of(f.name) == "machine"} == MACHINE
+def test_every_setting_is_perturbed_here_or_proven_elsewhere():
+    """A setting you add to config.py is perturbed with another_value's choice; one it cannot
+    choose for needs a value in PERTURBED or UNCHANGED."""
+    missing = [name for name, value in {**WEIGHTS, **NO_WEIGHTS}.items() if value is None]
+    assert not missing, f"add another value for {', '.join(missing)} to PERTURBED (or UNCHANGED) in this file"
+    assert set(ELSEWHERE) <= {f.name for f in dataclasses.fields(Config)}  # no stale entry
 
 
 def test_the_base_run_repeats_in_the_same_process_so_nothing_leaks_between_runs(perturbed):
@@ -96,17 +134,21 @@ def test_the_base_run_repeats_in_the_same_process_so_nothing_leaks_between_runs(
     assert perturbed["base"].metrics == perturbed["base_again"].metrics
 
 
-@pytest.mark.parametrize("name", PERTURBED)
+@pytest.mark.parametrize("name", WEIGHTS)
 def test_each_setting_that_is_recorded_as_affecting_the_weights_changes_them(name, perturbed):
-    run = perturbed[name]
-    assert run.config[name] == PERTURBED[name]
-    assert run.weights != perturbed["base"].weights, f"--{name} {PERTURBED[name]} gave the base's weights"
+    run, reference = perturbed[name], perturbed[ON.get(name, "base")]
+    assert run.config[name] == WEIGHTS[name]
+    assert run.weights != reference.weights, (
+        f"{flag(name)} {WEIGHTS[name]} gave the weights of the run without it: if task.py ignores "
+        f"config.{name}, read it there, or give {name} another effect in config.py")
 
 
-@pytest.mark.parametrize("name", UNCHANGED)
+@pytest.mark.parametrize("name", NO_WEIGHTS)
 def test_each_setting_that_cannot_change_the_weights_leaves_them(name, perturbed):
-    assert perturbed[name].config[name] == UNCHANGED[name]
-    assert perturbed[name].weights == perturbed["base"].weights
+    assert perturbed[name].config[name] == NO_WEIGHTS[name]
+    assert perturbed[name].weights == perturbed["base"].weights, (
+        f"{flag(name)} {NO_WEIGHTS[name]} changed the weights: its effect in config.py is "
+        f"{effect_of(name)!r}, which promises it cannot; if it does, say 'weights'")
 
 
 def test_momentum_acts_under_the_one_cycle_schedule_and_as_adamws_beta1_too(perturbed):
@@ -227,11 +269,12 @@ def test_a_step_of_an_accumulating_run_sees_the_global_batch(accumulated):
     assert run.summary["steps"] == 2 * -(-samples // BATCH)  # steps per epoch: global batches, not micro-batches
 
 
-def learning_rates(schedule: str, warmup: int, steps: int = 20) -> list[float]:
+def learning_rates(steps: int = 20, **settings) -> list[float]:
+    """The learning rate each of `steps` optimizer steps takes under Config(**settings), lr 0.1 unless given."""
     from {{ cookiecutter.project_slug }}.engine.optim import make_optimizer
 
-    config = Config(lr=0.1, schedule=schedule, warmup_steps=warmup)
-    optimizer, scheduler = make_optimizer(torch.nn.Linear(2, 1), config, steps=steps)
+    optimizer, scheduler = make_optimizer(torch.nn.Linear(2, 1), Config(**{"lr": 0.1, **settings}),
+                                          steps=steps)
     rates = []
     for _ in range(steps):
         rates.append(optimizer.param_groups[0]["lr"])
@@ -240,11 +283,85 @@ def learning_rates(schedule: str, warmup: int, steps: int = 20) -> list[float]:
     return rates
 
 
-def test_each_schedule_takes_the_learning_rates_it_promises():
-    warm = learning_rates("constant", warmup=4)
-    assert warm == pytest.approx([0.02, 0.04, 0.06, 0.08] + [0.1] * 16)
-    cosine = learning_rates("cosine", warmup=4)
-    assert cosine[:4] == warm[:4] and cosine[4] == pytest.approx(0.1)
-    assert all(a > b for a, b in zip(cosine[4:], cosine[5:], strict=False)) and cosine[-1] < 0.01  # down towards 0
-    cycle = learning_rates("one-cycle", warmup=0)
-    assert max(cycle) == pytest.approx(0.1, rel=1e-3) and cycle[0] < 0.01 and cycle[-1] < 0.001
+def nanogpt_get_lr(it: int, learning_rate: float, warmup_iters: int, lr_decay_iters: int, min_lr: float) -> float:
+    """nanoGPT's train.py get_lr, written out as it is there: the schedule --schedule cosine promises."""
+    if it < warmup_iters:
+        return learning_rate * (it + 1) / (warmup_iters + 1)
+    if it > lr_decay_iters:
+        return min_lr
+    decay_ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
+    coeff = 0.5 * (1.0 + math.cos(math.pi * decay_ratio))
+    return min_lr + coeff * (learning_rate - min_lr)
+
+
+def test_the_constant_schedule_warms_up_linearly_then_holds_the_peak():
+    assert learning_rates(schedule="constant", warmup_steps=4) == pytest.approx([0.02, 0.04, 0.06, 0.08] + [0.1] * 16)
+
+
+@pytest.mark.parametrize("warmup, decay_steps, min_lr", [(4, 0, 0.0), (4, 0, 0.01), (2, 12, 0.005), (0, 0, 0.0)])
+def test_the_cosine_schedule_is_nanogpts_get_lr_to_min_lr_at_the_decay_step_or_the_last(warmup, decay_steps, min_lr):
+    rates = learning_rates(schedule="cosine", warmup_steps=warmup, decay_steps=decay_steps, min_lr=min_lr)
+    end = decay_steps or len(rates) - 1
+    assert rates == pytest.approx([nanogpt_get_lr(it, 0.1, warmup, end, min_lr) for it in range(len(rates))],
+                                  rel=1e-12, abs=1e-15)
+    assert rates[0] == pytest.approx(0.1 / (warmup + 1)) and rates[-1] == pytest.approx(min_lr, abs=1e-15)
+    assert all(rate == pytest.approx(min_lr, abs=1e-15) for rate in rates[end:])  # reached, then kept
+
+
+def test_one_cycle_starts_at_a_25th_of_the_peak_reaches_it_and_ends_at_a_25th_of_a_10000th():
+    cycle = learning_rates(schedule="one-cycle")
+    assert cycle[0] == pytest.approx(0.1 / 25) and max(cycle) == pytest.approx(0.1, rel=1e-3)
+    assert cycle[-1] == pytest.approx(0.1 / 25 / 1e4)
+
+
+def test_metrics_csv_has_the_learning_rate_each_step_took(perturbed):
+    """The cosine base: every train row's lr is the schedule's at that step (step 1 takes index 0)."""
+    run = perturbed["warmup_steps"]
+    rows = [row for row in run.metrics if row["split"] == "train"]
+    rates = learning_rates(len(rows), lr=run.config["lr"], schedule="cosine", warmup_steps=run.config["warmup_steps"])
+    assert [float(row["lr"]) for row in rows] == rates
+    assert float(rows[-1]["lr"]) == 0.0  # the cosine's last step: its --min-lr
+
+
+class TiedWithNorms(torch.nn.Module):
+    """An embedding tied to the output layer, a norm, a linear layer with a bias, a BatchNorm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding, self.norm = torch.nn.Embedding(5, 4), torch.nn.LayerNorm(4)
+        self.hidden, self.batch_norm = torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)
+        self.head = torch.nn.Linear(4, 5, bias=False)
+        self.head.weight = self.embedding.weight
+
+
+def test_weight_decay_on_weights_exempts_biases_norms_and_embeddings_and_lists_a_tied_one_once():
+    from {{ cookiecutter.project_slug }}.engine.optim import parameter_groups
+
+    model = TiedWithNorms()
+    decayed, exempt = parameter_groups(model, 0.1, "weights")
+    assert decayed["weight_decay"] == 0.1 and exempt["weight_decay"] == 0.0
+    assert [id(p) for p in decayed["params"]] == [id(model.hidden.weight)]
+    assert {id(p) for p in exempt["params"]} == {id(p) for name, p in model.named_parameters()
+                                                if name != "hidden.weight"}
+    assert len(exempt["params"]) == len(list(model.parameters())) - 1  # the tied weight once
+    (every,) = parameter_groups(model, 0.1, "all")
+    assert len(every["params"]) == len(list(model.parameters())) and every["weight_decay"] == 0.1
+
+
+def test_a_tasks_own_parameter_groups_are_the_optimizers(tmp_path, monkeypatch):
+    """task.parameter_groups(model, config), when task.py has it, replaces --weight-decay-on's
+    rule: its groups, with their own settings, are what a checkpoint's optimizer holds."""
+    from {{ cookiecutter.project_slug }}.engine.checkpoint import read_checkpoint
+    from {{ cookiecutter.project_slug }}.train import main
+
+    def first_and_rest(model, config):
+        parameters = list(model.parameters())
+        return [{"params": parameters[:1], "weight_decay": 0.0, "lr": config.lr / 10}, {"params": parameters[1:]}]
+
+    monkeypatch.setattr(task, "parameter_groups", first_and_rest, raising=False)
+    assert main([*BASE, "--stop-after-steps", "1", "--out", str(tmp_path / "run")]) == 0
+    state, _ = read_checkpoint(sorted((tmp_path / "run" / "checkpoints").glob("step-*.pt"))[-1])
+    groups = state["optimizer"]["param_groups"]
+    assert len(groups) == 2 and len(groups[0]["params"]) == 1
+    assert groups[0]["weight_decay"] == 0.0 and groups[1]["weight_decay"] == DEFAULTS.weight_decay
+    assert groups[0]["initial_lr"] == pytest.approx(groups[1]["initial_lr"] / 10)

@@ -17,11 +17,12 @@ from {{ cookiecutter.project_slug }}.engine.runs import read_run
 from conftest import SetUpFailure, determinism_left_as_found, once, value_of
 
 
-def tampered_copy(run, folder, step: int, split: str = "train", column: int = 3):
+def tampered_copy(run, folder, step: int, split: str = "train", name: str = "loss"):
     """A copy of a run whose metrics.csv has one figure changed in its last bits: the row of
-    `step` and `split`, the column `column` (3: the loss; 4 and on: the task's metrics)."""
-    copy = shutil.copytree(run.path, folder / f"tampered-{split}-{step}-{column}")
+    `step` and `split`, the column of figure `name` (the loss, or one of the task's metrics)."""
+    copy = shutil.copytree(run.path, folder / f"tampered-{split}-{step}-{name}")
     lines = (copy / "metrics.csv").read_text().splitlines(keepends=True)
+    column = lines[0].rstrip("\n").split(",").index(name)
     [number] = [i for i, line in enumerate(lines) if line.split(",")[1:3] == [str(step), split]]
     fields = lines[number].rstrip("\n").split(",")
     fields[column] = repr(float(fields[column]) * (1 + 1e-6) + 1e-12)
@@ -80,14 +81,14 @@ def test_verify_finds_a_changed_validation_row_even_when_the_weights_hash_is_the
     keeps its weights hash; verify must still say DIVERGED (no need to re-run to know it)."""
     run = runs["seed7"]
     last_step = run.summary["steps"]
-    copy = tampered_copy(run, tmp_path, last_step, split="val", column=len(run.metric_names) + 2)
+    copy = tampered_copy(run, tmp_path, last_step, split="val", name=run.metric_names[-1])
     code, lines = verify.report(read_run(copy), run.config, run, None, [])
     assert code == 1 and lines[-1].startswith(f"DIVERGED at step {last_step} (val), {run.metric_names[-1]}:")
 
 
 def test_compare_calls_a_copy_with_one_changed_validation_figure_different(runs, tmp_path, capsys):
     run = runs["seed7"]
-    copy = tampered_copy(run, tmp_path, run.summary["steps"], split="val", column=len(run.metric_names) + 2)
+    copy = tampered_copy(run, tmp_path, run.summary["steps"], split="val", name=run.metric_names[-1])
     assert compare.main([str(run.path), str(copy)]) == 1
     out = capsys.readouterr().out
     assert f"first divergence: step {run.summary['steps']} (val)" in out and out.strip().endswith("DIFFERENT")
@@ -186,7 +187,7 @@ def bad_run_folders(tmp_path, good):
     bad_config = shutil.copytree(good, tmp_path / "bad_config")
     (bad_config / "config.json").write_text("{not json")
     bad_metrics = shutil.copytree(good, tmp_path / "bad_metrics")
-    (bad_metrics / "metrics.csv").write_text("epoch,step,split,loss\n0,1,train,oops\n")
+    (bad_metrics / "metrics.csv").write_text("epoch,step,split,lr,loss\n0,1,train,0.1,oops\n")
     no_hash = shutil.copytree(good, tmp_path / "no_hash")
     summary = json.loads((no_hash / "summary.json").read_text())
     (no_hash / "summary.json").write_text(json.dumps({k: v for k, v in summary.items() if k != "weights_sha256"}))

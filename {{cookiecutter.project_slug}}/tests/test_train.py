@@ -53,7 +53,9 @@ def test_a_run_folder_records_config_environment_metrics_and_summary(runs):
     train_rows = [row for row in run.metrics if row["split"] == "train"]
     assert [int(row["step"]) for row in train_rows] == list(range(1, run.summary["steps"] + 1))
     header = (run.path / "metrics.csv").read_text().splitlines()[0].split(",")
-    assert header[:4] == ["epoch", "step", "split", "loss"] and tuple(header[3:]) == run.metric_names
+    assert header[:5] == ["epoch", "step", "split", "lr", "loss"] and tuple(header[4:]) == run.metric_names
+    assert all(float(row["lr"]) > 0 for row in train_rows)  # the learning rate each step took
+    assert all(row["lr"] == "" for row in run.metrics if row["split"] == "val")
     assert run.summary["metrics"] == list(run.metric_names)  # the task's figures, every one carried through
     assert sum(row["split"] == "val" for row in run.metrics) == run.config["epochs"]
 

@@ -25,6 +25,7 @@ OPTIMIZERS = ("sgd", "adamw")
 SCHEDULES = ("one-cycle", "cosine", "constant")
 PARALLEL = ("ddp", "fsdp")
 NONFINITE = ("stop", "skip")
+DECAY_ON = ("all", "weights")
 # What a setting affects. "weights": another value gives other weights (tests/test_settings.py
 # proves it for each); "evaluation": the trained weights stay, the validation figures may change;
 # "machine": whether it changes bits depends on the hardware and its software (GPU kernels, thread
@@ -105,8 +106,17 @@ class Config:
     schedule: str = setting("one-cycle", "learning rate over the run: one-cycle (warm up, then anneal), cosine "
                             "(after --warmup-steps of linear warm-up) or constant (likewise)", choices=SCHEDULES)
     warmup_steps: int = setting(0, "steps of linear warm-up for the cosine and constant schedules", integer(0))
+    min_lr: float = setting(0.0, "the learning rate that the cosine schedule decays to (nanoGPT's min_lr)",
+                            number(0, low_inclusive=True))
+    decay_steps: int = setting(0, "the step at which the cosine schedule reaches --min-lr, counted from the first "
+                               "step, warm-up included (nanoGPT's lr_decay_iters); later steps keep --min-lr (0: "
+                               "the run's last step)", integer(0))
     momentum: float = setting(0.9, "SGD's momentum, or AdamW's beta1", number(0, 1, low_inclusive=True))
+    beta2: float = setting(0.999, "AdamW's beta2 (nanoGPT: 0.95, or 0.99 for small data)", number(0, 1))
     weight_decay: float = setting(5e-4, "weight decay (SGD: L2; AdamW: decoupled)", number(0, low_inclusive=True))
+    weight_decay_on: str = setting("all", "the parameters that weight decay applies to: all, or weights (biases, "
+                                   "norms and embeddings exempt, as in nanoGPT; the rule is in engine/optim.py, and "
+                                   "a task's own parameter_groups replace it)", choices=DECAY_ON)
     clip_grad_norm: float = setting(0.0, "clip the gradients' total norm to this before each step (0: no clipping)",
                                     number(0, low_inclusive=True))
     nonfinite: str = setting("stop", "a step whose loss or gradients are not finite (NaN, inf): stop (the run ends at "
@@ -157,6 +167,15 @@ class Config:
             return "--persistent-workers and --prefetch-factor need --num-workers above 0"
         if self.warmup_steps and self.schedule == "one-cycle":
             return "--warmup-steps is for the cosine and constant schedules (one-cycle warms up by itself)"
+        if (self.min_lr or self.decay_steps) and self.schedule != "cosine":
+            return "--min-lr and --decay-steps are for the cosine schedule: add --schedule cosine"
+        if self.min_lr > self.lr:
+            return f"--min-lr {self.min_lr} is above --lr {self.lr}: the cosine decays from --lr down to --min-lr"
+        if self.decay_steps and self.decay_steps <= self.warmup_steps:
+            return (f"--decay-steps {self.decay_steps} is not after --warmup-steps {self.warmup_steps}: the cosine "
+                    "decays from the end of the warm-up to step --decay-steps")
+        if self.beta2 != Config.beta2 and self.optimizer != "adamw":
+            return "--beta2 is AdamW's: add --optimizer adamw (SGD's one coefficient is --momentum)"
         if self.parallel == "fsdp" and self.precision == "fp16":
             return ("--precision fp16 needs a loss scale that all shards agree on, which this FSDP set-up does not "
                     "have: use --precision bf16 (no loss scale needed) with --parallel fsdp")

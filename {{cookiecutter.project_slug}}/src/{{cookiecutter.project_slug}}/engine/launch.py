@@ -4,6 +4,7 @@ one that dies with the process that started it."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,17 @@ def launch_training(*args: str, world_size: int = 1, torchrun: bool = False, **p
     if world_size > 1 or torchrun:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}"]
     popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
-    # The child stops (SIGTERM: after its step, with a checkpoint) when this process dies, killed too.
-    return subprocess.Popen([*launcher, "-m", f"{PACKAGE}.train", *args], env=env, preexec_fn=die_with_parent,
-                            **popen)
+    # A Ctrl-C while the child is being forked would raise KeyboardInterrupt inside Python's
+    # at-fork hooks, which ignore it: the command would carry on as if never interrupted. So SIGINT
+    # waits (blocked) until the child exists, then arrives here as usual; the child unblocks it.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+    def in_the_child() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        die_with_parent()  # it stops (SIGTERM: after its step, with a checkpoint) when this process dies
+
+    try:
+        return subprocess.Popen([*launcher, "-m", f"{PACKAGE}.train", *args], env=env, preexec_fn=in_the_child,
+                                **popen)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)

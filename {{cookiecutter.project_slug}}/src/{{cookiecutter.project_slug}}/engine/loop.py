@@ -52,12 +52,13 @@ class StepRows:
 
     def __init__(self, log: MetricsLog, task: ModuleType, device: torch.device, every: int) -> None:
         self.log, self.task, self.device, self.every = log, task, device, every
-        self.pending: list[tuple[int, int, Sums, torch.Tensor | bool]] = []
+        self.pending: list[tuple[int, int, Sums, torch.Tensor | bool, float]] = []
         self.epoch_losses: list[float] = []  # the training losses written for the epoch in progress
 
-    def add(self, epoch: int, step: int, sums: Sums, finite: torch.Tensor | bool = True) -> None:
-        """A step's row, with `finite` (a flag still on the device) false if the step is to stop the run."""
-        self.pending.append((epoch, step, sums, finite))
+    def add(self, epoch: int, step: int, sums: Sums, finite: torch.Tensor | bool = True, lr: float = 0.0) -> None:
+        """A step's row: its sums, `finite` (a flag still on the device) false if the step is to
+        stop the run, and the learning rate it took."""
+        self.pending.append((epoch, step, sums, finite, lr))
         if len(self.pending) >= self.every:
             self.flush()
 
@@ -68,16 +69,16 @@ class StepRows:
         if not self.pending:
             return
         pending, self.pending = self.pending, []
-        stacked = {name: stack([sums[name] for _, _, sums, _ in pending], self.device) for name in pending[0][2]}
-        stacked["~unfinite"] = (~stack([finite for *_, finite in pending], self.device).bool()).to(torch.int64)
+        stacked = {name: stack([sums[name] for _, _, sums, *_ in pending], self.device) for name in pending[0][2]}
+        stacked["~unfinite"] = (~stack([finite for *_, finite, _ in pending], self.device).bool()).to(torch.int64)
         distributed.sum_over_ranks(stacked)
         figures = [{**self.task.metrics_from_sums({name: value[i] for name, value in stacked.items()
                                                    if name != "~unfinite"}), "~unfinite": stacked["~unfinite"][i]}
                    for i in range(len(pending))]
         names, bad = (*self.log.names, "~unfinite"), None
-        for (epoch, step, *_), values in zip(pending, read_back(figures, names, self.device), strict=True):
+        for (epoch, step, *_, lr), values in zip(pending, read_back(figures, names, self.device), strict=True):
             row = dict(zip(self.log.names, values[:-1], strict=True))
-            self.log.write(epoch, step, "train", row)
+            self.log.write(epoch, step, "train", row, lr)
             self.epoch_losses.append(values[0])
             if values[-1] and bad is None:  # any rank's
                 bad = NonFiniteStep(epoch, step, row)

@@ -3,7 +3,8 @@
     config.json       every setting of the run (config.Config: the single source of truth)
     environment.json  versions, devices, determinism flags and environment variables in effect
     metrics.csv       one row per optimizer step (split=train) and per evaluation (split=val):
-                      epoch, step, split, loss, then each metric the task names
+                      epoch, step, split, lr (the learning rate the step took; empty in a
+                      val row), loss, then each metric the task names
     checkpoints/      the last few checkpoints, for --resume (files; folders of shards under FSDP)
     world_sizes.json  only if a --resume changed the number of processes: from which step (world_sizes.py)
     tensorboard/      with --tensorboard: the same metrics as TensorBoard event files
@@ -33,7 +34,7 @@ from .files import atomic_write, atomic_write_text, unwritable_reason, write_jso
 RUN_FILES = ("config.json", "environment.json", "metrics.csv", "model.pt", "summary.json", "checkpoints", "tensorboard",
              "world_sizes.json")
 ERROR_LOG = "error.log"  # not a run on its own: a rerun takes over a folder that holds only this
-ROW_FIELDS = ("epoch", "step", "split")
+ROW_FIELDS = ("epoch", "step", "split", "lr")  # lr: the step's learning rate; empty in a val row
 SPLITS = ("train", "val")
 
 
@@ -175,13 +176,16 @@ class MetricsLog:
         if self.file is not None:
             self.file.close()
 
-    def write(self, epoch: int, step: int, split: str, figures: dict[str, float]) -> None:
+    def write(self, epoch: int, step: int, split: str, figures: dict[str, float], lr: float | None = None) -> None:
+        """A row: a training step's (with the learning rate it took) or an evaluation's (lr None)."""
         if self.file is not None:
             # repr() of a float round-trips exactly, so two runs compare bit for bit.
             values = [repr(float(figures[name])) for name in self.names]
-            csv.writer(self.file, lineterminator="\n").writerow([epoch, step, split, *values])
+            csv.writer(self.file, lineterminator="\n").writerow([epoch, step, split, "" if lr is None else
+                                                                 repr(float(lr)), *values])
             for tracker in self.trackers:
-                tracker({"epoch": epoch, "step": step, "split": split, **figures})
+                tracker({"epoch": epoch, "step": step, "split": split, **figures,
+                         **({} if lr is None else {"learning_rate": float(lr)})})
         self.rows += 1
 
     def sync(self) -> None:

@@ -26,7 +26,7 @@ class Run:
     config: dict
     environment: dict
     metrics: list[dict]  # metrics.csv's rows, each value as the string written
-    metric_names: tuple[str, ...]  # metrics.csv's columns after epoch, step, split: 'loss' and the task's
+    metric_names: tuple[str, ...]  # metrics.csv's columns after epoch, step, split, lr: 'loss' and the task's
     summary: dict | None
     world_sizes: list[dict] = field(default_factory=list)  # world_sizes.json: [] unless the world size changed
 
@@ -73,7 +73,8 @@ def read_metrics(path: Path) -> tuple[list[dict], tuple[str, ...]]:
             reader = csv.DictReader(file)
             header = tuple(reader.fieldnames or ())
             if header[: len(ROW_FIELDS)] != ROW_FIELDS or "loss" not in header[len(ROW_FIELDS):]:
-                raise RunError(f"{path} is corrupt (header {list(header)}, expected epoch, step, split, loss, ...)")
+                raise RunError(f"{path} is corrupt (header {list(header)}, expected epoch, step, split, lr, loss, "
+                               "...)")
             rows = list(reader)
     except FileNotFoundError:
         raise RunError(f"{path.parent} holds no run ({path.name} is missing)") from None
@@ -84,6 +85,10 @@ def read_metrics(path: Path) -> tuple[list[dict], tuple[str, ...]]:
         try:
             int(row["epoch"]), int(row["step"])
             [float(row[name]) for name in names]
+            if row["split"] == "train":
+                float(row["lr"])
+            elif row["lr"]:
+                raise ValueError(row["lr"])
             if row["split"] not in SPLITS:
                 raise ValueError(row["split"])
         except (TypeError, ValueError):
