@@ -24,18 +24,23 @@ def test_run_command_turns_a_keyboard_interrupt_into_one_line_and_130(capsys):
     assert err == "python -m {{ cookiecutter.project_slug }}.plot: interrupted (Ctrl-C)"
 
 
-@pytest.mark.parametrize("command, started", [("verify", "re-running"), ("doctor", "devices:")])
+@pytest.mark.parametrize("command, started", [("verify", "re-running"), ("doctor", "determinism in effect:")])
 def test_ctrl_c_in_a_command_that_trains_ends_it_in_one_line_with_exit_130(command, started, runs, tmp_path):
     args = [str(runs["seed7"].path)] if command == "verify" else []
     process = start_module(command, *args, log=tmp_path / command)
-    wait_until(lambda: started in process.stdout, process, f"{command} starting its work")
-    children = [int(pid) for pid in open(f"/proc/{process.popen.pid}/task/{process.popen.pid}/children").read().split()]
+
+    def children() -> list[int]:
+        return [int(pid) for pid in open(f"/proc/{process.popen.pid}/task/{process.popen.pid}/children").read().split()]
+
+    # Once it trains: its training children exist (the instant it forks them is the test below's).
+    wait_until(lambda: started in process.stdout and children(), process, f"{command} starting its training")
+    training = children()
     process.popen.send_signal(signal.SIGINT)  # the command alone, as a terminal's Ctrl-C reaches it first
     assert process.wait() == 130, process.stderr[-3000:]
     lines = process.stderr.strip().splitlines()
     assert lines[-1] == f"python -m {{ cookiecutter.project_slug }}.{command}: interrupted (Ctrl-C)", lines
     assert "Traceback" not in process.stderr
-    assert all(ended_in_time(child, limit=120) for child in children if alive(child))
+    assert all(ended_in_time(child, limit=120) for child in training if alive(child))
 
 
 # Ctrl-C at the worst moment: while the training child is being forked. Python runs its at-fork

@@ -81,7 +81,7 @@ def test_only_rank_0_writes_and_prints(ddp_runs):
         ["checkpoints", "config.json", "environment.json", "metrics.csv", "model.pt", "summary.json"])
     assert stdout.count("weights_sha256") == 1  # one summary line, not one per rank
     lines = (run.path / "metrics.csv").read_text().splitlines()
-    assert lines[0] == ",".join(["epoch", "step", "split", *run.metric_names]) and lines.count(lines[0]) == 1
+    assert lines[0] == ",".join(["epoch", "step", "split", "lr", *run.metric_names]) and lines.count(lines[0]) == 1
     steps = [int(line.split(",")[1]) for line in lines[1:] if ",train," in line]
     assert steps == list(range(1, len(steps) + 1))  # one row per step, in order, none interleaved
 

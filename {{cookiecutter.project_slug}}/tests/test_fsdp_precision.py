@@ -13,7 +13,7 @@ import torch
 
 from {{ cookiecutter.project_slug }}.engine.distributed import holds_float_buffers
 
-from conftest import FAST, PACKAGE, once, read_run, start, value_of
+from conftest import FAST, PACKAGE, once, precision_problem, read_run, start, value_of
 
 pytestmark = pytest.mark.slow
 
@@ -31,11 +31,15 @@ def bf16_runs(root):
 
 @pytest.fixture(scope="module")
 def runs_or_failure(tmp_path_factory):
+    if precision_problem("bf16"):
+        return None  # the tests skip, saying why
     return once(lambda: bf16_runs(tmp_path_factory.mktemp("fsdp_bf16")))
 
 
 @pytest.fixture
 def runs(runs_or_failure, request):
+    if precision_problem("bf16"):  # no bf16 kernel on this CPU for an op of the task's model
+        pytest.skip(precision_problem("bf16"))
     return value_of(runs_or_failure, request)
 
 

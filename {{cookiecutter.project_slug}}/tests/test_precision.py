@@ -18,7 +18,17 @@ from {{ cookiecutter.project_slug }}.engine.checkpoint import TrainingState
 from {{ cookiecutter.project_slug }}.engine.precision import autocast, make_scaler
 from {{ cookiecutter.project_slug }}.train import main
 
-from conftest import FAST, once, read_run, start_held_at, start_module, steps_per_epoch, value_of, wait_until
+from conftest import (
+    FAST,
+    once,
+    precision_problem,
+    read_run,
+    start_held_at,
+    start_module,
+    steps_per_epoch,
+    value_of,
+    wait_until,
+)
 
 ARGS = (*FAST, "--seed", "7")
 PLAIN = {  # uninterrupted runs: name -> extra flags
@@ -35,12 +45,20 @@ KILLED = {  # killed with SIGKILL (with its process group) mid-epoch, then resum
 }
 
 
+def problem_of(extra: tuple[str, ...]) -> str | None:
+    """Why a run with these flags cannot train on this CPU (conftest.precision_problem), or None."""
+    return precision_problem(extra[extra.index("--precision") + 1]) if "--precision" in extra else None
+
+
 def precision_runs(root):
+    """Every run of PLAIN and KILLED whose precision the task's model can train in on this CPU."""
+    plain = {name: extra for name, extra in PLAIN.items() if not problem_of(extra)}
+    killed = {name: extra for name, extra in KILLED.items() if not problem_of(extra)}
     processes = {name: start_module("train", "--out", str(root / name), *ARGS, *extra, log=root / f"{name}.log")
-                 for name, extra in PLAIN.items()}
+                 for name, extra in plain.items()}
     held = {name: start_held_at(steps_per_epoch() - 2, root / name, "--out", str(root / name), *ARGS, *extra,
                                 hash_seed="7")
-            for name, extra in KILLED.items()}
+            for name, extra in killed.items()}
     for name, (process, marker) in held.items():
         wait_until(marker.exists, process, "reaching its step")
         process.kill_group(signal.SIGKILL)
@@ -61,6 +79,13 @@ def precision(runs_or_failure, request):
     return value_of(runs_or_failure, request)
 
 
+def ran(runs: dict, *names: str) -> None:
+    """Skips the test, with the reason, unless every run it names could train on this CPU."""
+    for name in names:
+        if name not in runs:
+            pytest.skip(problem_of({**PLAIN, **KILLED}[name]))
+
+
 def final_scaler_state(run):
     newest = sorted((run.path / "checkpoints").glob("step-*.pt"))[-1]
     return torch.load(newest, weights_only=True)["scaler"]
@@ -68,6 +93,7 @@ def final_scaler_state(run):
 
 @pytest.mark.slow
 def test_two_bf16_runs_in_fresh_processes_are_bitwise_equal_and_differ_from_fp32(precision):
+    ran(precision, "bf16", "bf16_again")
     first, second = precision["bf16"], precision["bf16_again"]
     assert first.config["precision"] == "bf16"
     assert first.metrics == second.metrics and first.weights == second.weights
@@ -76,6 +102,7 @@ def test_two_bf16_runs_in_fresh_processes_are_bitwise_equal_and_differ_from_fp32
 
 @pytest.mark.slow
 def test_an_fp16_run_killed_mid_epoch_and_resumed_equals_the_run_never_stopped(precision):
+    ran(precision, "fp16_killed", "fp16")
     resumed, reference = precision["fp16_killed"], precision["fp16"]
     assert resumed.metrics == reference.metrics
     assert resumed.weights == reference.weights
@@ -90,6 +117,7 @@ def test_an_fp16_run_killed_mid_epoch_and_resumed_equals_the_run_never_stopped(p
 def test_fp16_is_not_bf16(precision):
     """Each mixed precision is its own path: an fp16 run that silently ran as bf16 would pass
     every test that compares fp16 with fp32 or with itself."""
+    ran(precision, "fp16", "bf16")
     assert precision["fp16"].weights != precision["bf16"].weights
     assert precision["fp16"].train_losses != precision["bf16"].train_losses
 
@@ -118,6 +146,7 @@ def test_a_compiled_run_killed_and_resumed_equals_the_compiled_run_never_stopped
 
 @pytest.mark.slow
 def test_a_resume_whose_checkpoint_lacks_the_scaler_state_is_refused_not_reset(precision, tmp_path, capsys):
+    ran(precision, "fp16")
     copy = shutil.copytree(precision["fp16"].path, tmp_path / "copy")
     (copy / "summary.json").unlink()  # make it look interrupted
     for path in (copy / "checkpoints").glob("step-*.pt"):  # as an older version would have saved them

@@ -131,6 +131,21 @@ def test_a_truncated_newest_checkpoint_is_named_in_a_warning_and_skipped_and_the
     assert resumed.metrics == runs["seed7"].metrics and resumed.weights == runs["seed7"].weights
 
 
+def test_the_epoch_line_of_a_run_resumed_mid_epoch_averages_the_whole_epoch_as_the_run_never_stopped(
+        runs, tmp_path, capsys):
+    """The console's train_loss of the epoch a run resumed in is the mean over all its steps, those
+    before the stop included, as metrics.csv and the run that never stopped have it."""
+    stop = steps_per_epoch() // 2
+    assert main([*ARGS, "--out", str(tmp_path / "run"), "--stop-after-steps", str(stop)]) == 0
+    capsys.readouterr()
+    assert main(["--out", str(tmp_path / "run"), "--resume"]) == 0
+    first_epoch = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch 1/"))
+    losses = [float(row["loss"]) for row in runs["seed7"].metrics if row["split"] == "train" and row["epoch"] == "0"]
+    whole, since_resume = sum(losses) / len(losses), sum(losses[stop:]) / len(losses[stop:])
+    assert f"train_loss {whole:.4f}" in first_epoch
+    assert f"{whole:.4f}" != f"{since_resume:.4f}"  # the mean of the steps after the resume alone is another
+
+
 def test_every_checkpoint_loads_with_weights_only(interrupted):
     import torch
 

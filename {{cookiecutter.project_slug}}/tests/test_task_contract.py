@@ -34,7 +34,7 @@ def with_loss(change):
     return lambda sums: {**real_metrics(sums), "loss": change(real_metrics(sums)["loss"])}
 
 
-def declaring(generator: str, declared: tuple[str, ...]):
+def declaring(generator: str, declared: tuple[str, ...] | None):
     """make_datasets whose training set draws from `generator` and declares `declared`."""
     def make_datasets(config):
         train_set, val_set = real_datasets(config)
@@ -66,6 +66,11 @@ BROKEN = {  # what is broken: (task attribute, replacement, words the one line m
         "make_datasets", declaring("numpy", ("torch",)), "samples change with the 'numpy' generator"),
     "a dataset that draws from torch and declares none": (
         "make_datasets", declaring("torch", ()), "samples change with the 'torch' generator"),
+    # A generator of the dataset's own: no declaration fixes it, so none is suggested.
+    "a dataset with a generator of its own that declares the others": (
+        "make_datasets", declaring("own", ("random", "numpy", "torch")), "a generator of its own"),
+    "a dataset with a generator of its own and no draws_from": (
+        "make_datasets", declaring("own", None), "take its seed from torch.randint(2**62, ()) inside __getitem__"),
     "a draws_from that names no generator": (
         "make_datasets", declaring("torch", ("Torch",)), "draws_from names 'Torch'; it may name only"),
     "a draws_from that is a string, not a tuple": (

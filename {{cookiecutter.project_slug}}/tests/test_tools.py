@@ -164,6 +164,26 @@ def test_compare_lists_the_seed_and_the_first_divergence_of_different_runs(runs,
     assert "DIFFERENT" in out
 
 
+def test_compare_names_an_environment_entry_that_follows_from_a_differing_setting_without_advice(runs, capsys):
+    """--seed also sets the hash seed: advice on how to set it would send the user looking for a
+    mistake that was not made."""
+    compare.main([str(runs["seed7"].path), str(runs["seed8"].path)])
+    out = capsys.readouterr().out
+    assert runs["seed7"].environment["python_hash_seed"] != runs["seed8"].environment["python_hash_seed"]
+    assert "python_hash_seed: " in out and "follows from --seed, which differs" in out
+    assert "start training as" not in out
+
+
+def test_compare_names_runs_that_differ_only_in_their_evaluations_so(runs, capsys):
+    """--eval-every 0 evaluates only at the end: other val rows, the same training and weights."""
+    never = runs["seed7_workers3_eval_never"]
+    assert compare.main([str(runs["seed7"].path), str(never.path)]) == 1
+    out = capsys.readouterr().out
+    assert "DIFFERENT evaluations only: the weights and every training row are identical; --eval-every" in out
+    assert compare.main([str(runs["seed7"].path), str(runs["seed8"].path)]) == 1  # the negative control
+    assert "evaluations only" not in capsys.readouterr().out
+
+
 def test_compare_writes_a_png_of_both_loss_curves(runs, tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="the plot needs matplotlib (in the dev extra)")
     png = tmp_path / "losses.png"
@@ -217,8 +237,35 @@ def test_bad_run_folders_get_one_clear_line_and_exit_2(tool, runs, tmp_path, cap
 def test_doctor_passes_on_this_machine(tools_ran):
     returncode, out = tools_ran["doctor"]
     assert returncode == 0, out
-    assert "two trial runs of 3 steps in fresh processes" in out
+    assert "two trial runs of 3 steps in fresh processes, with the defaults" in out
     assert "VERDICT: OK" in out
+
+
+def test_doctor_given_a_run_trials_that_runs_settings_not_the_defaults(runs, monkeypatch, capsys):
+    """The trials must train what the run trained (its batch, model, precision...): a run whose
+    settings do not repeat here would pass a check of the defaults."""
+    from {{ cookiecutter.project_slug }}.config import Config, parse_command_line
+
+    launched, launch = [], doctor.launch_training
+    monkeypatch.setattr(doctor, "launch_training",
+                        lambda *args, **kwargs: launched.append(args) or launch(*args, **kwargs))
+    run = runs["seed7"]
+    with determinism_left_as_found():
+        assert doctor.main([str(run.path), "--steps", "2"]) == 0
+    assert f"two trial runs of 2 steps in fresh processes, with the settings of {run.path}" in capsys.readouterr().out
+    assert len(launched) == 2
+    for argv in launched:
+        typed, args = parse_command_line(list(argv))  # as train reads them
+        trial = Config(**{**Config().to_dict(), **typed}).to_dict()
+        assert {name: value for name, value in trial.items() if name not in ("checkpoint_every", "world_size")} == \
+            {name: value for name, value in run.config.items() if name not in ("checkpoint_every", "world_size")}
+        assert args.stop_after_steps == 2
+
+
+def test_doctor_quick_does_not_claim_that_runs_repeat(capsys):
+    doctor.main(["--quick"])
+    out = capsys.readouterr().out
+    assert "repeat bit for bit here with these settings" not in out and "--quick: no trial runs" in out
 
 
 def test_doctor_explains_the_ops_strict_mode_refuses_here(capsys):
@@ -246,7 +293,7 @@ def test_doctor_warns_when_tf32_is_allowed_in_a_determinism_mode(monkeypatch, ca
 def test_doctor_says_so_when_its_two_trial_runs_differ(monkeypatch, capsys):
     """The case doctor exists for: two runs with one seed that differ on this machine."""
     fingerprints = iter(["metrics aaa weights bbb", "metrics aaa weights ccc"])
-    monkeypatch.setattr(doctor, "trial_run", lambda *args: doctor.subprocess.Popen(
+    monkeypatch.setattr(doctor, "trial_run", lambda *args, **kwargs: doctor.subprocess.Popen(
         [sys.executable, "-c", "pass"], stdout=doctor.subprocess.PIPE, stderr=doctor.subprocess.PIPE, text=True))
     monkeypatch.setattr(doctor, "trial_fingerprint", lambda out: next(fingerprints))
     with determinism_left_as_found():

@@ -7,11 +7,13 @@ Reports versions and devices; what decides the CPU's bits (the instruction sets 
 MKL use, and their versions); the determinism settings in effect; environment variables set too
 late to matter, and CUDA initialised too early; which ops would stop a strict run on this device,
 and what to do about them. Then (unless --quick) trains a few steps twice, in two fresh processes,
-and checks that both give the same losses and weights, bit for bit. Exit 0 when all is well.
+and checks that both give the same losses and weights, bit for bit. Exit 0 when all is well;
+--quick claims only what it checked, not that runs repeat.
 
 With a run folder it also says what differs between the machine that made the run and this one,
 and which installed packages differ from the run's; --requirements FILE writes a requirements file
-that reinstalls the run's whole software stack.
+that reinstalls the run's whole software stack. Its trial runs then take the run's settings (its
+model, batch, precision, determinism mode, device, world size), not the defaults.
 
 `late_environment_problems()` can also be called from your own code, first thing in main().
 """
@@ -28,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .config import Config, config_to_flags
 from .engine.cli import make_parser, prog, run_command
 from .engine.endings import explain_nondeterministic_error
 from .engine.environment import (
@@ -109,9 +112,22 @@ def probe_ops(device: torch.device) -> dict[str, str]:
     return refused
 
 
-def trial_run(out: Path, mode: str, device: str, steps: int) -> subprocess.Popen:
-    return launch_training("--out", str(out), "--epochs", "1", "--deterministic", mode, "--device", device,
-                          "--stop-after-steps", str(steps), "--checkpoint-every", "0")
+def trial_flags(run: Run | None, mode: str, device: str, steps: int) -> list[str]:
+    """train's flags for a trial of `steps` steps: the run's settings (its config.json) with the
+    determinism mode to check, or else the defaults on `device`."""
+    if run is None:
+        settings = ["--epochs", "1", "--device", device]
+    else:
+        config, _ = Config.from_dict({**run.config, "world_size": 1})
+        settings = config_to_flags(config)
+    return [*settings, "--deterministic", mode, "--stop-after-steps", str(steps), "--checkpoint-every", "0"]
+
+
+def trial_run(out: Path, flags: list[str], run: Run | None) -> subprocess.Popen:
+    """A trial in a fresh process; with as many processes as the run started with, under torchrun."""
+    world_size = 1 if run is None else int(run.config.get("world_size", 1))
+    fsdp = run is not None and run.config.get("parallel") == "fsdp"
+    return launch_training("--out", str(out), *flags, world_size=world_size, torchrun=fsdp)
 
 
 def trial_fingerprint(out: Path) -> str:
@@ -124,8 +140,9 @@ def trial_fingerprint(out: Path) -> str:
 
 def build_parser():
     parser = make_parser("doctor", "Check this machine for reproducible training.")
-    parser.add_argument("--deterministic", choices=DETERMINISM_MODES, default={{ cookiecutter.determinism|tojson }},
-                        help="the mode to check (default: %(default)s)")
+    parser.add_argument("--deterministic", choices=DETERMINISM_MODES, default=None,
+                        help="the mode to check (default: the run's, with RUN_DIR; else "
+                             {{ cookiecutter.determinism|tojson }} ")")
     parser.add_argument("--device", default="auto", help="the device to check (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=5, help="steps of each trial run (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="skip the two trial runs (default: off)")
@@ -192,17 +209,19 @@ def run_report(run: Run, requirements: Path | None) -> list[str]:
     return [refusal] if refusal else []
 
 
-def trial_problems(mode: str, device: str, steps: int) -> list[str]:
+def trial_problems(run: Run | None, mode: str, device: str, steps: int) -> list[str]:
     """Trains `steps` steps twice, in two fresh processes at once, and compares them bit for bit."""
+    flags = trial_flags(run, mode, device, steps)
     with tempfile.TemporaryDirectory(prefix="doctor-") as scratch:
         outs = [Path(scratch) / name for name in ("first", "second")]
-        processes = [trial_run(out, mode, device, steps) for out in outs]
+        processes = [trial_run(out, flags, run) for out in outs]
         results = [process.communicate() for process in processes]
         failed = [err for process, (_, err) in zip(processes, results, strict=True) if process.returncode != 0]
         if failed:
             return ["a trial run failed: " + (failed[0].strip().splitlines() or ["?"])[-1]]
         first, second = (trial_fingerprint(out) for out in outs)
-    print(f"two trial runs of {steps} steps in fresh processes: {first} | {second}")
+    settings = "the defaults" if run is None else f"the settings of {run.path}"
+    print(f"two trial runs of {steps} steps in fresh processes, with {settings}: {first} | {second}")
     return [] if first == second else ["two runs with one seed gave different results on this machine"]
 
 
@@ -229,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, not {args.steps}")
     run = run_or_refuse(parser, args)
+    mode = mode_to_check(args.deterministic, run)
     if not args.quick and scratch_problem():  # the trial runs go into scratch folders
         parser.error(scratch_problem())
     problems = late_environment_problems()  # first, before this process changes anything
@@ -243,22 +263,37 @@ def main(argv: list[str] | None = None) -> int:
     cpu_report(device)
     if run is not None:
         problems += run_report(run, args.requirements)
-    problems += determinism_problems(args.deterministic)
+    problems += determinism_problems(mode)
 
     refused = probe_ops(device)
     if refused:
-        print(f"ops that {args.deterministic} mode refuses on {device} (fine unless your model uses them):")
+        print(f"ops that {mode} mode refuses on {device} (fine unless your model uses them):")
         for name, explanation in refused.items():
             print(f"  {name}: {explanation}")
     if not args.quick:
-        problems += trial_problems(args.deterministic, str(device), args.steps)
+        problems += trial_problems(run, mode, str(device), args.steps)
 
+    return report_verdict(problems, args.quick)
+
+
+def mode_to_check(typed: str | None, run: Run | None) -> str:
+    """--deterministic as typed; else the run's mode, with RUN_DIR; else the project's default."""
+    return typed or (run.config.get("deterministic") if run is not None else None) \
+        or {{ cookiecutter.determinism|tojson }}
+
+
+def report_verdict(problems: list[str], quick: bool) -> int:
+    """Prints each problem and the verdict, which claims only what was checked; the exit status."""
     for problem in problems:
         print(f"problem: {problem}")
     if problems:
         print(f"VERDICT: {len(problems)} problem(s); bitwise reproducibility is not assured here")
         return 1
-    print("VERDICT: OK, runs repeat bit for bit here with these settings")
+    if quick:
+        print("VERDICT: no problem found by these checks (--quick: no trial runs, so whether runs repeat bit for "
+              "bit here was not tried)")
+    else:
+        print("VERDICT: OK, runs repeat bit for bit here with these settings")
     return 0
 
 

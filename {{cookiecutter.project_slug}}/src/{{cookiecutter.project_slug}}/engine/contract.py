@@ -117,17 +117,39 @@ def check_declared_draws(train_set: Dataset, val_set: Dataset) -> None:
     its samples. One that it leaves out is tried on the first few samples: seeded otherwise, does a
     sample change? Then the dataset draws from it, and would draw differently in each worker.
     A dataset that draws from a generator for some samples only can slip past this check: declare
-    every generator that any sample may draw from. The generators are left as they were found."""
+    every generator that any sample may draw from. First, whatever it declares: a dataset whose
+    samples change when read twice with the same seeds keeps a generator of its own, which no
+    declaration fixes. The generators are left as they were found."""
     for split, dataset in (("training", train_set), ("validation", val_set)):
         try:
             draws = declared_draws(dataset)
         except ValueError as error:
             raise TaskError(f"task.make_datasets: the {split} set's {error}") from error
+        if changes_by_itself(dataset):
+            raise TaskError(f"task.make_datasets: the {split} set's samples differ from one read to the next with "
+                            "the global generators seeded alike: it draws from a generator of its own (one made in "
+                            "__init__ or at import, such as np.random.default_rng() or random.Random()), whose state "
+                            "depends on the worker and on what it read before, and which no draws_from can fix: make "
+                            "it per sample, and take its seed from torch.randint(2**62, ()) inside __getitem__ (the "
+                            "README's rules of a dataset)")
         for generator in GLOBAL_GENERATORS:
             if generator not in draws and samples_change_with(dataset, generator):
                 raise TaskError(f"task.make_datasets: the {split} set declares draws_from = {draws!r}, but its "
                                 f"samples change with the {generator!r} generator: add {generator!r} to draws_from "
                                 "(or remove draws_from: all three generators are then seeded)")
+
+
+def changes_by_itself(dataset: Dataset) -> bool:
+    """Whether one of the first samples differs when read twice with the same seeds: the dataset
+    keeps some randomness (or state) of its own."""
+    with generators_left_as_found():
+        for index in range(min(CHECKED_SAMPLES, len(dataset))):
+            seed_global_generators(1)
+            reference = dataset[index]
+            seed_global_generators(1)
+            if not same(dataset[index], reference):
+                return True
+    return False
 
 
 def samples_change_with(dataset: Dataset, generator: str) -> bool:

@@ -167,6 +167,15 @@ class MetricsLog:
                     f"{self.rows} rows its checkpoint counts")
         return None
 
+    def train_losses_of(self, epoch: int) -> list[float]:
+        """The training losses that metrics.csv holds for `epoch` (rank 0's file): a run resumed in
+        the middle of an epoch starts the epoch's mean from the steps taken before it stopped."""
+        if not self.writes or not self.path.exists():
+            return []
+        with open(self.path, newline="", encoding="utf-8") as file:
+            return [float(row["loss"]) for row in csv.DictReader(file)
+                    if row["split"] == "train" and int(row["epoch"]) == epoch]
+
     def __enter__(self) -> MetricsLog:
         if self.writes:
             self.file = open(self.path, "a", newline="", encoding="utf-8")
