@@ -2,9 +2,9 @@
 
     python benchmarks/tasks.py [--repeats 2] [--json benchmarks/results-tasks.json]
 
-Bakes the template with its defaults three times: the example as it comes, and the generated
-README's language model and regression ("Bring your own task") copied in as task.py, as a user
-copies them. Then runs each project's plain `pytest`, the three taking turns in every round so
+Bakes the template with its defaults once for the example as it comes, and once for each task of
+the generated docs/tasks.md (a language model, a regression, a small GPT) copied in as task.py, as
+a user copies them. Then runs each project's plain `pytest`, all taking turns in every round so
 that a machine that slows down slows all alike, and reports each task's suite time against the
 example's: the median over the rounds of the per-round ratios (below 1.5 is issue 18's target).
 
@@ -34,12 +34,13 @@ TASKS_PAGE = ROOT / "{{cookiecutter.project_slug}}" / "docs" / (
     "{% if cookiecutter.language == 'en' %}tasks.md{% endif %}")
 TASK_BLOCK = re.compile(r"```python\n(# task\.py: (.+?)\n.*?)```", re.DOTALL)
 NAMES = {"a next-token language model on a small made-up text": "language_model",
-         "a regression, MSE loss and mean absolute error": "regression"}
+         "a regression, MSE loss and mean absolute error": "regression",
+         "a small GPT, character-level, with tied embeddings": "gpt"}
 
 
 def readme_tasks() -> dict[str, str]:
     """The complete task.py files of the generated docs/tasks.md, by short name (`language_model`,
-    `regression`)."""
+    `regression`, `gpt`)."""
     text = TASKS_PAGE.read_text(encoding="utf-8")
     return {NAMES.get(match.group(2), match.group(2)): match.group(1) for match in TASK_BLOCK.finditer(text)}
 
@@ -56,18 +57,19 @@ def make_project(folder: Path, task_code: str | None = None, scope: str = "resea
     return project
 
 
-def plain_pytest(project: Path) -> tuple[subprocess.CompletedProcess, float]:
-    """The project's plain `pytest` in a fresh process: (the result, wall seconds)."""
+def plain_pytest(project: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
+    """The project's plain `pytest` (with `args`: `-m distributed`, say) in a fresh process: (the
+    result, wall seconds)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=project,
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=project,
                             capture_output=True, text=True, env=env, timeout=1800)
     return result, time.perf_counter() - started
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=2, help="rounds of the three suites (default: 2)")
+    parser.add_argument("--repeats", type=int, default=2, help="rounds of the suites (default: 2)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]

@@ -299,19 +299,38 @@ def test_the_generated_slow_tests_pass(cookies_session):
     assert " passed" in result.stdout and " failed" not in result.stdout
 
 
-@pytest.mark.parametrize("combination", ["defaults", "awkward_names_no_license"])
-def test_pip_install_editable_works_and_the_module_runs(combination, cookies, tmp_path):
-    project = cookies.bake(extra_context=COMBINATIONS[combination]).project_path
-    # A fresh venv that sees this interpreter's packages (torch among them) through a .pth file, so
-    # that nothing is downloaded; the project itself is installed the way a user installs it.
-    venv.create(tmp_path / "venv", with_pip=True)
-    python = str(tmp_path / "venv" / "bin" / "python")
+def fresh_venv(folder: Path) -> str:
+    """A venv that sees this interpreter's packages (torch among them) through a .pth file, so that
+    nothing is downloaded; its python."""
+    venv.create(folder, with_pip=True)
+    python = str(folder / "bin" / "python")
     site_packages = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                    capture_output=True, text=True, check=True).stdout.strip()
     Path(site_packages, "outer.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    return python
+
+
+@pytest.mark.parametrize("combination", ["defaults", "awkward_names_no_license"])
+def test_pip_install_editable_works_and_the_module_runs(combination, cookies, tmp_path):
+    project = cookies.bake(extra_context=COMBINATIONS[combination]).project_path
+    python = fresh_venv(tmp_path / "venv")  # the project itself is installed the way a user installs it
     install = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "-e",
                               str(project)], capture_output=True, text=True)
     assert install.returncode == 0, install.stderr
     package = project.name
     run = subprocess.run([python, "-m", f"{package}.train", "--help"], cwd=tmp_path, capture_output=True, text=True)
     assert run.returncode == 0 and "--deterministic" in run.stdout, run.stderr
+
+
+def test_a_regular_install_ships_the_packages_data_files(cookies, tmp_path):
+    """src/<package>/data/ (the GPT task's text) goes into the wheel: a task finds it next to
+    task.py in site-packages too, not only in a checkout."""
+    project = cookies.bake(extra_context=COMBINATIONS["defaults"]).project_path
+    python = fresh_venv(tmp_path / "venv")
+    install = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", str(project)], capture_output=True,
+                             text=True)
+    assert install.returncode == 0, install.stderr
+    found = subprocess.run([python, "-c", f"import pathlib, {project.name} as p; "
+                            "print((pathlib.Path(p.__file__).parent / 'data' / 'corpus.txt').read_text()[:9])"],
+                           cwd=tmp_path, capture_output=True, text=True)
+    assert found.stdout.strip() == "On Repeat", found.stderr

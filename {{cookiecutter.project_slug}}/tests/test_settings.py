@@ -231,7 +231,7 @@ sys.exit(train.main(sys.argv[3:]))
 # decay on weights alone, warm-up, cosine to a tenth of the peak, clipping at 1, accumulation).
 NANOGPT_RECIPE = ("--optimizer", "adamw", "--lr", "0.003", "--beta2", "0.95", "--weight-decay", "0.1",
                   "--weight-decay-on", "weights", "--schedule", "cosine", "--warmup-steps", "2", "--min-lr", "0.0003",
-                  "--decay-steps", "9", "--clip-grad-norm", "1.0")
+                  "--clip-grad-norm", "1.0")
 ACCUMULATE = ("--epochs", "2", "--device", "cpu", "--max-samples", "96", "--batch-size", str(BATCH), "--accumulate",
               "4", "--checkpoint-every", "2", "--seed", "7", *NANOGPT_RECIPE)
 
@@ -276,6 +276,19 @@ def test_a_run_of_nanogpts_recipe_killed_inside_an_accumulation_window_resumes_t
     assert accumulated["stopped"]["killed"][0] == -signal.SIGKILL
     assert runs["killed"].metrics == runs["reference"].metrics
     assert runs["killed"].weights == runs["reference"].weights
+
+
+def test_an_accumulating_runs_schedule_spans_its_optimizer_steps_not_its_micro_batches(accumulated):
+    """Each row's lr is nanoGPT's get_lr over the run's real step count: warm-up from the first
+    step, --min-lr at the last (a schedule counted in micro-batches would be 4 times too long)."""
+    run = accumulated["runs"]["reference"]
+    rows = [row for row in run.metrics if row["split"] == "train"]
+    assert len(rows) == run.summary["steps"]
+    expected = [nanogpt_get_lr(it, 0.003, 2, len(rows) - 1, 0.0003) for it in range(len(rows))]
+    assert [float(row["lr"]) for row in rows] == pytest.approx(expected, rel=1e-12)
+    middle = len(rows) // 2
+    print(f"lr at steps 1, {middle + 1}, {len(rows)}: {rows[0]['lr']} {rows[middle]['lr']} {rows[-1]['lr']}; "
+          f"get_lr: {expected[0]!r} {expected[middle]!r} {expected[-1]!r}")
 
 
 def test_a_step_of_an_accumulating_run_sees_the_global_batch(accumulated):

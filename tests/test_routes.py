@@ -1,0 +1,107 @@
+"""Every way the generated README tells a user to change the settings keeps the suite green when
+done as it says ("Changing the settings"), and fails, naming the place, when a step is left out.
+
+One fresh research project gets all the changes at once, each made the way a user makes it:
+- change what a setting affects: task.py stops reading --dropout, and config.py says so
+  (effect "execution");
+- add a setting: --init-scale, a field of Config that task.py reads, with its row in the README's
+  flags table;
+- change a default: --width 16 -> 24, in config.py and in the table.
+Then its whole plain suite runs. The negative controls leave out one step each and run only the
+test that must catch it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, load
+
+tasks = load("tasks_benchmark", ROOT / "benchmarks" / "tasks.py")
+pytestmark = pytest.mark.slow
+
+# What task.py gains for the new setting: the task's own model, its initial weights scaled.
+READS_INIT_SCALE = '''
+
+_make_model = make_model
+
+
+def make_model(config, train_set):
+    model = _make_model(config, train_set)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(config.init_scale)
+    return model
+'''
+NEW_FIELD = ('    init_scale: float = setting(1.0, "scales every initial weight of the model", number(0))\n')
+NEW_ROW = "| `--init-scale` | 1.0 | scales every initial weight of the model |\n"
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"{path.name} no longer holds {old!r} once: update this test's routes"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def ignore_dropout(project: Path, say_so_in_config: bool = True) -> None:
+    package = project / "src" / project.name
+    edit(package / "task.py", "dropout=config.dropout", "dropout=0.25")
+    if say_so_in_config:
+        edit(package / "config.py", 'setting(0.25, "dropout probability", number(0, 1, low_inclusive=True))',
+             'setting(0.25, "dropout probability", number(0, 1, low_inclusive=True), effect="execution")')
+
+
+def add_init_scale(project: Path, with_readme_row: bool = True) -> None:
+    package = project / "src" / project.name
+    (package / "task.py").write_text((package / "task.py").read_text(encoding="utf-8") + READS_INIT_SCALE,
+                                     encoding="utf-8")
+    edit(package / "config.py", "    # Evaluation: it never changes the trained weights.\n",
+         NEW_FIELD + "    # Evaluation: it never changes the trained weights.\n")
+    if with_readme_row:
+        readme = project / "README.md"
+        row = next(line for line in readme.read_text(encoding="utf-8").splitlines(keepends=True)
+                   if line.startswith("| `--dropout` |"))
+        edit(readme, row, row + NEW_ROW)
+
+
+def widen_by_default(project: Path) -> None:
+    edit(project / "src" / project.name / "config.py", 'width: int = setting(16, ', 'width: int = setting(24, ')
+    edit(project / "README.md", "| `--width` | 16 |", "| `--width` | 24 |")
+
+
+def suite(project: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=project,
+                          capture_output=True, text=True, timeout=1800)
+
+
+def test_every_route_of_the_readme_done_as_it_says_keeps_the_whole_suite_green(tmp_path):
+    project = tasks.make_project(tmp_path)
+    readme = (project / "README.md").read_text(encoding="utf-8")
+    assert "### Changing the settings" in readme and "tests/test_routes.py" in readme
+    ignore_dropout(project)
+    add_init_scale(project)
+    widen_by_default(project)
+    result = suite(project)
+    summary = (result.stdout.strip().splitlines() or [result.stderr[-2000:]])[-1]
+    assert result.returncode == 0, result.stdout[-5000:]
+    assert " passed" in summary and "failed" not in summary and "error" not in summary, summary
+    # The new setting was perturbed and changed the weights; the ignored one left them.
+    perturbed = suite(project, "tests/test_settings.py", "-rA", "-k", "init_scale or dropout")
+    assert re.search(r"PASSED \S+::\S+_changes_them\[init_scale\]", perturbed.stdout), perturbed.stdout[-3000:]
+    assert re.search(r"PASSED \S+::\S+_leaves_them\[dropout\]", perturbed.stdout), perturbed.stdout[-3000:]
+
+
+def test_each_route_with_a_step_left_out_fails_the_test_that_names_it(tmp_path):
+    project = tasks.make_project(tmp_path)
+    ignore_dropout(project, say_so_in_config=False)
+    add_init_scale(project, with_readme_row=False)
+    result = suite(project, "tests/test_config.py", "tests/test_settings.py", "-k",
+                   "readme_table or changes_them")
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "AssertionError: init_scale" in result.stdout  # the flags table lacks its row
+    assert "--dropout 0.5 gave the weights of the run without it: if task.py ignores config.dropout, read it " \
+           "there, or give dropout another effect in config.py" in result.stdout
