@@ -15,11 +15,11 @@ import pytest
 import torch
 from torch import nn
 
-from {{ cookiecutter.project_slug }} import task, train, verify
+from {{ cookiecutter.project_slug }} import study, task, train, verify
 from {{ cookiecutter.project_slug }}.engine.runs import read_run
 from {{ cookiecutter.project_slug }}.utils.data import EpochSampler
 
-from conftest import BATCH, FAST, SAMPLES, settings
+from conftest import BATCH, FAST, PACKAGE, SAMPLES, settings
 
 POISONED_STEP = 3  # in the first epoch: a task has at least 64 samples, 4 steps of 16
 
@@ -96,3 +96,39 @@ def test_with_nonfinite_skip_the_step_is_not_taken_and_the_run_trains_on_to_fini
     # The negative control: the step that was skipped would have made every weight NaN.
     code, taken = poisoned_run(tmp_path / "taken", "--nonfinite", "stop")
     assert code == 1 and not (taken / "model.pt").exists()
+
+
+# The same NaN for the training processes a study starts: Python imports sitecustomize at start,
+# so a folder holding one, put on PYTHONPATH, reaches every child the study launches.
+POISON = """
+from {package} import task
+
+class NaNAtStep(__import__("torch").nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.steps = model, 0
+
+    def forward(self, inputs):
+        outputs = self.model(inputs)
+        if self.training:
+            self.steps += 1
+            if self.steps == {step}:
+                outputs = outputs * float("nan")
+        return outputs
+
+make_model = task.make_model
+task.make_model = lambda config, train_set: NaNAtStep(make_model(config, train_set))
+"""
+
+
+def test_a_study_counts_a_seed_whose_run_stopped_non_finite_as_failed(tmp_path, monkeypatch, capsys):
+    poison = tmp_path / "poison"
+    poison.mkdir()
+    (poison / "sitecustomize.py").write_text(POISON.format(package=PACKAGE, step=POISONED_STEP))
+    monkeypatch.setenv("PYTHONPATH", str(poison))
+    assert study.main(["--seeds", "0", "--out", str(tmp_path / "study"), *FAST]) != 0
+    err = capsys.readouterr().err
+    assert "the run of seed 0 failed" in err
+    log = (tmp_path / "study" / "logs" / "seed-0.log").read_text()
+    assert f"stopped at step {POISONED_STEP}" in log and "not finite" in log  # and not for another reason
+    assert not (tmp_path / "study" / "seed-0" / "summary.json").exists()  # the run stopped at the NaN
