@@ -158,8 +158,8 @@ def test_a_two_node_run_stopped_by_sigterm_and_launched_again_with_resume_ends_w
 def test_a_killed_torchrun_launcher_leaves_no_worker_training(tmp_path):
     """torchrun starts each worker in a process group of its own, so SIGKILL to the launcher (as a
     job's shell or a careless kill sends it) would leave both ranks training on. Each worker asks
-    the kernel for SIGTERM when its launcher dies: both stop after the step they are at, write its
-    checkpoint, and end."""
+    the kernel for a signal when its launcher dies: both stop after the step they are at, write its
+    checkpoint, and end. The launcher has threads, so each worker hears of its death more than once."""
     script, marker, step = tmp_path / "held.py", tmp_path / "held", 3
     script.write_text(held_at_step_code())
     launcher = start([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

@@ -6,6 +6,7 @@ start_held_at), so nothing here races the clock."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -89,12 +90,16 @@ def test_negative_control_one_process_may_lock_a_folder_again_and_another_after_
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 def test_a_training_child_of_a_killed_study_verify_or_doctor_stops_with_it(tmp_path):
     """study, verify and doctor start each training run with engine/launch.py: when the parent
-    is killed (SIGKILL: it can do nothing), the run is sent SIGTERM, stops after its step with a
-    checkpoint and ends, instead of writing on alone where a rerun would start a second writer."""
-    run = tmp_path / "run"
-    code = (f"from {PACKAGE}.engine.launch import launch_training\n"
+    is killed (SIGKILL: it can do nothing), the run is sent the parent-death signal, stops after
+    its step with a checkpoint and ends, instead of writing on alone where a rerun would start a
+    second writer. The parent here has threads, as torchrun's launcher and a study's do: the kernel
+    then signals the child once for each of them that exits, and a repeat is no "exit now"."""
+    run, log = tmp_path / "run", tmp_path / "child.err"
+    code = ("import threading, time\n"
+            "for _ in range(8):\n    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+            f"from {PACKAGE}.engine.launch import launch_training\n"
             f"child = launch_training('--out', {str(run)!r}, *{list(FAST)!r}, '--epochs', '200', stdout=None, "
-            "stderr=None)\nprint(child.pid, flush=True)\nchild.wait()")
+            f"stderr=open({str(log)!r}, 'w'))\nprint(child.pid, flush=True)\nchild.wait()")
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=python_env(),
                               start_new_session=True)
     child = int(parent.stdout.readline())
@@ -105,3 +110,8 @@ def test_a_training_child_of_a_killed_study_verify_or_doctor_stops_with_it(tmp_p
     parent.wait()
     assert ended_in_time(child, limit=120), "the training child outlived its killed parent"
     assert not (run / "summary.json").exists()  # stopped early (200 epochs), not finished
+    said = log.read_text()
+    assert "again: exiting now" not in said, said
+    stop = re.search(r"its parent process died: stopped after step (\d+), checkpoint ", said)
+    assert stop, said
+    assert (run / "checkpoints" / f"step-{int(stop[1]):08d}.pt").exists()

@@ -21,6 +21,7 @@ from .loop import NonFiniteStep
 from .plan import Plan
 from .precision import compile_failure
 from .run_folder import clear_run_files, write_error_log
+from .signals import signal_name
 
 
 def stopped(plan: Plan, signum: int | None, step: int, checkpoint: Path | None) -> int:
@@ -32,7 +33,7 @@ def stopped(plan: Plan, signum: int | None, step: int, checkpoint: Path | None) 
         return 0
     signum = signum or signal.SIGTERM  # a rank told by another rank
     if distributed.rank() == 0:
-        print(f"{signal.Signals(signum).name}: stopped after step {step}, checkpoint {checkpoint}; "
+        print(f"{signal_name(signum)}: stopped after step {step}, checkpoint {checkpoint}; "
               f"continue with: {again}", file=sys.stderr)
     return 128 + signum
 

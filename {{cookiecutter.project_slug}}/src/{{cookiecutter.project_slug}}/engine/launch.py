@@ -31,7 +31,7 @@ def launch_training(*args: str, world_size: int = 1, torchrun: bool = False, **p
 
     def in_the_child() -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        die_with_parent()  # it stops (SIGTERM: after its step, with a checkpoint) when this process dies
+        die_with_parent()  # it stops (after its step, with a checkpoint) when this process dies
 
     try:
         return subprocess.Popen([*launcher, "-m", f"{PACKAGE}.train", *args], env=env, preexec_fn=in_the_child,

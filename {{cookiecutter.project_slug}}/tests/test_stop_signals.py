@@ -1,0 +1,59 @@
+"""How a run takes the signals that stop it (engine/signals.py): the first SIGTERM, Ctrl-C or
+parent-death signal asks for a stop after the current step, with a checkpoint; a second SIGTERM
+or Ctrl-C means "now, without one". The parent-death signal never means now: the kernel sends it
+again for each thread of a dying parent that exits, so a launcher with threads sends it several
+times. (A run stopped by each, end to end: tests/test_resume.py, test_one_writer.py and, under
+torchrun, test_distributed.py.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from {{ cookiecutter.project_slug }}.engine.signals import PARENT_DIED
+
+from conftest import PACKAGE, python_env
+
+# Two signals to this process inside StopSignals, then what the stop request holds.
+TWO_SIGNALS = """
+import os, signal, sys
+from {package}.engine.signals import PARENT_DIED, StopSignals
+
+first, second = (PARENT_DIED if name == "PARENT_DIED" else getattr(signal, name) for name in sys.argv[1:])
+with StopSignals() as stop:
+    os.kill(os.getpid(), first)  # a signal to oneself is handled before os.kill returns to Python code
+    os.kill(os.getpid(), second)
+    print("stop requested by", "PARENT_DIED" if stop.signum == PARENT_DIED else signal.Signals(stop.signum).name)
+"""
+
+needs_parent_death = pytest.mark.skipif(PARENT_DIED is None or not sys.platform.startswith("linux"),
+                                        reason="the parent-death signal is Linux's")
+
+
+def send_two(first: str, second: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", TWO_SIGNALS.format(package=PACKAGE), first, second],
+                          capture_output=True, text=True, env=python_env(), timeout=120)
+
+
+@needs_parent_death
+def test_the_parent_death_signal_repeated_is_one_stop_request_not_an_exit():
+    ended = send_two("PARENT_DIED", "PARENT_DIED")
+    assert ended.returncode == 0, ended.stderr
+    assert ended.stdout.strip() == "stop requested by PARENT_DIED"
+
+
+@pytest.mark.parametrize("name, status", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_second_sigterm_or_ctrl_c_exits_at_once_without_a_checkpoint(name, status):
+    ended = send_two(name, name)
+    assert ended.returncode == status, ended.stderr
+    assert ended.stdout == ""  # the loop never got back to its step
+    assert f"{name} again: exiting now, without a checkpoint" in ended.stderr
+
+
+@needs_parent_death
+def test_a_sigterm_after_the_parent_died_still_means_now():
+    ended = send_two("PARENT_DIED", "SIGTERM")
+    assert ended.returncode == 143, ended.stderr
+    assert "SIGTERM again: exiting now" in ended.stderr
