@@ -6,6 +6,7 @@ Their --smoke modes run every part on a few steps and samples (seconds); the fig
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
@@ -118,3 +119,18 @@ def test_the_generated_readmes_quote_the_committed_results_for_the_cost_of_keyed
         str(results["machine"]["cpus"]), "200", *map(str, slow)}
     assert re.search(rf"\b{profile['plus_all_three']:.0f} µs", loop_row)
     assert figures(strict_row) == {f"{results['strict_vs_off']:.2f}", date}
+
+
+def test_the_committed_fingerprint_names_the_operations_the_current_code_uses():
+    """benchmarks/fingerprint.json (this machine's, beside the portable table) is compared by users'
+    `doctor --fingerprint --against`: it must hold what the current engine/fingerprint.py computes."""
+    package = ROOT / "{{cookiecutter.project_slug}}" / "src" / "{{cookiecutter.project_slug}}"
+    source = package / "engine" / "fingerprint.py"
+    names = {node.targets[0].id: ast.literal_eval(node.value) for node in ast.parse(source.read_text()).body
+             if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+             and node.targets[0].id in ("OPERATIONS", "MODES", "FORMAT")}
+    record = json.loads((ROOT / "benchmarks" / "fingerprint.json").read_text(encoding="utf-8"))
+    assert record["format"] == names["FORMAT"] and tuple(record["modes"]) == names["MODES"]
+    for mode, found in record["modes"].items():
+        assert found is not None, f"the record has no {mode} fingerprint"
+        assert tuple(found["operations"]) == names["OPERATIONS"], "re-run: python benchmarks/fingerprint.py"

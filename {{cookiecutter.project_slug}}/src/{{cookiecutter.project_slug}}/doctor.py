@@ -2,6 +2,7 @@
 
     python -m {{ cookiecutter.project_slug }}.doctor [--deterministic strict] [--device auto] [--quick]
     python -m {{ cookiecutter.project_slug }}.doctor runs/a [--requirements requirements-run.txt]
+    python -m {{ cookiecutter.project_slug }}.doctor --fingerprint mine.json [--against theirs.json]
 
 Reports versions and devices; what decides the CPU's bits (the instruction sets ATen, oneDNN and
 MKL use, and their versions); the determinism settings in effect; environment variables set too
@@ -15,12 +16,17 @@ and which installed packages differ from the run's; --requirements FILE writes a
 that reinstalls the run's whole software stack. Its trial runs then take the run's settings (its
 model, batch, precision, determinism mode, device, world size), not the defaults.
 
+--fingerprint FILE writes what this machine computes for each operation a run depends on, at fixed
+inputs (engine/fingerprint.py), natively and under --cpu-kernels portable, and does nothing else;
+--against THEIRS compares it with another machine's and names the first operation where they part.
+
 `late_environment_problems()` can also be called from your own code, first thing in main().
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -42,6 +48,7 @@ from .engine.environment import (
     requirements_text,
 )
 from .engine.files import atomic_write_text, scratch_problem
+from .engine.fingerprint import compare_fingerprints, machine_fingerprint, read_fingerprint
 from .engine.launch import launch_training
 from .engine.runs import Run, RunError, read_run
 from .engine.startup import CPU_KERNEL_VARIABLES, cpu_info, cpu_kernel_variables, initial_environment
@@ -150,7 +157,38 @@ def build_parser():
                         help="a run folder: say what differs between its machine and software and this one's")
     parser.add_argument("--requirements", type=Path, metavar="FILE",
                         help="with RUN_DIR: write a requirements file that reinstalls the run's software stack")
+    parser.add_argument("--fingerprint", type=Path, metavar="FILE",
+                        help="write this machine's digests of the operations a run depends on to FILE, and stop")
+    parser.add_argument("--against", type=Path, metavar="THEIRS",
+                        help="with --fingerprint: compare with another machine's and name the first operation "
+                             "that differs (exit 1 if one does)")
     return parser
+
+
+def fingerprint_command(parser, args) -> int:
+    """--fingerprint FILE [--against THEIRS]: bad input refused before anything is computed."""
+    if args.run_dir is not None or args.requirements is not None:
+        parser.error("--fingerprint takes no run folder and no --requirements")
+    if args.fingerprint.is_dir() or not args.fingerprint.parent.is_dir() \
+            or not os.access(args.fingerprint.parent, os.W_OK):
+        parser.error(f"--fingerprint {args.fingerprint}: cannot write a file there")
+    try:
+        theirs = read_fingerprint(args.against) if args.against is not None else None
+    except ValueError as error:
+        parser.error(f"--against: {error}")
+    mine = machine_fingerprint()
+    atomic_write_text(args.fingerprint, json.dumps(mine, indent=2) + "\n")
+    modes = ", ".join(f"{mode} ({record['aten']})" for mode, record in mine["modes"].items() if record)
+    print(f"fingerprint of {mine['cpu']}, {modes} -> {args.fingerprint}")
+    if mine["portable_problem"]:
+        print(f"no portable record: {mine['portable_problem']}")
+    if theirs is None:
+        return 0
+    lines, same = compare_fingerprints(mine, theirs)
+    print(f"against {args.against} ({theirs.get('cpu')}):")
+    for line in lines:
+        print(f"  {line}")
+    return 0 if same else 1
 
 
 def cpu_report(device: torch.device) -> None:
@@ -245,6 +283,10 @@ def determinism_problems(mode: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.against is not None and args.fingerprint is None:
+        parser.error("--against needs --fingerprint FILE: doctor --fingerprint mine.json --against theirs.json")
+    if args.fingerprint is not None:
+        return fingerprint_command(parser, args)
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, not {args.steps}")
     run = run_or_refuse(parser, args)

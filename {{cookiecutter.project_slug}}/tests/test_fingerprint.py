@@ -1,0 +1,101 @@
+"""`doctor --fingerprint FILE [--against THEIRS]`: this machine's digests of every operation a run
+depends on (engine/fingerprint.py), natively and under --cpu-kernels portable, each computed in a
+fresh interpreter; the comparison names the first operation where two machines part. Its negative
+control is the real mechanism: on a CPU with AVX-512, the portable pins change some kernels' bits."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+from {{ cookiecutter.project_slug }}.doctor import main as doctor_main
+from {{ cookiecutter.project_slug }}.engine.fingerprint import OPERATIONS, compare_fingerprints, read_fingerprint
+from {{ cookiecutter.project_slug }}.engine.startup import cpu_info, portable_problem
+
+from conftest import PACKAGE, python_env
+
+
+def doctor(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", f"{PACKAGE}.doctor", *args], capture_output=True, text=True,
+                          env=python_env(), timeout=600)
+
+
+def with_changed(record: dict, mode: str, *names: str) -> dict:
+    other = copy.deepcopy(record)
+    for name in names:
+        other["modes"][mode]["operations"][name] = "0" * 16
+    return other
+
+
+@pytest.fixture(scope="module")
+def fingerprinted(tmp_path_factory):
+    """"Theirs": one native fingerprint from a fresh interpreter, its LSTM digest changed, no portable
+    record. Then `doctor --fingerprint mine.json --against theirs.json`: (mine's path, what it said)."""
+    folder = tmp_path_factory.mktemp("fingerprint")
+    native = subprocess.run([sys.executable, "-m", f"{PACKAGE}.engine.fingerprint"], capture_output=True, text=True,
+                            env=python_env(), timeout=600)
+    assert native.returncode == 0, native.stderr
+    theirs = {"format": 1, "cpu": "their CPU", "modes": {"native": json.loads(native.stdout), "portable": None}}
+    (folder / "theirs.json").write_text(json.dumps(with_changed(theirs, "native", "torch/lstm")))
+    ended = doctor("--fingerprint", str(folder / "mine.json"), "--against", str(folder / "theirs.json"))
+    return folder / "mine.json", ended
+
+
+def test_the_fingerprint_holds_every_operation_in_the_order_a_run_meets_them_in_each_mode(fingerprinted):
+    record = read_fingerprint(fingerprinted[0])
+    modes = {mode: found for mode, found in record["modes"].items() if found is not None}
+    assert "native" in modes and ("portable" in modes) == (portable_problem() is None)
+    for found in modes.values():
+        assert tuple(found["operations"]) == OPERATIONS
+        assert all(len(digest) == 16 for digest in found["operations"].values())
+
+
+def test_doctor_against_another_machines_fingerprint_names_the_one_operation_that_differs_and_exits_1(fingerprinted):
+    """Every other operation gave the same bits in doctor's fresh interpreter as in theirs."""
+    path, ended = fingerprinted
+    assert ended.returncode == 1, ended.stderr
+    said = ended.stdout.splitlines()
+    assert said[0].startswith("fingerprint of ") and said[0].endswith(f"-> {path}")
+    assert "  native: differs first at torch/lstm; 1 of 18 differ: torch/lstm" in said
+    assert "  portable: not compared (theirs has no portable record)" in said
+
+
+def test_comparing_names_the_first_operation_that_differs_in_a_runs_order(fingerprinted):
+    record = read_fingerprint(fingerprinted[0])
+    assert compare_fingerprints(record, copy.deepcopy(record))[1] is True
+    lines, same = compare_fingerprints(record, with_changed(record, "native", "task/first_step", "torch/conv2d"))
+    assert same is False
+    assert lines[0] == "native: differs first at torch/conv2d; 2 of 18 differ: torch/conv2d, task/first_step"
+    lines, _ = compare_fingerprints(record, with_changed(record, "native", "data/val"))
+    assert lines[0].startswith("native: differs first at data/val (the data differs")
+
+
+@pytest.mark.skipif("avx512f" not in (cpu_info()["flags"] or ()) or portable_problem() is not None,
+                    reason="needs an x86 CPU with AVX-512, where the portable pins change kernels")
+def test_on_an_avx512_cpu_the_portable_pins_change_kernels_but_not_the_data(fingerprinted):
+    """The fingerprint sees a real difference of kernels, not one a test wrote into a file."""
+    record = read_fingerprint(fingerprinted[0])
+    native, portable = (record["modes"][mode]["operations"] for mode in ("native", "portable"))
+    differing = [name for name in OPERATIONS if native[name] != portable[name]]
+    assert differing and all(name.startswith(("torch/", "optim/", "task/")) for name in differing)
+    assert differing[-1] == "task/first_step"  # and the step of the task with them
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--against", "x.json"], "--against needs --fingerprint FILE"),
+    (["--fingerprint", "{tmp}/out.json", "--against", "{tmp}/missing.json"], "--against: cannot read"),
+    (["--fingerprint", "{tmp}/out.json", "--against", "{tmp}/not-one.json"], "is not a fingerprint"),
+    (["--fingerprint", "{tmp}/no/such/folder/out.json"], "cannot write a file there"),
+    (["--fingerprint", "{tmp}/out.json", "{tmp}"], "takes no run folder"),
+])
+def test_a_bad_fingerprint_command_gets_one_line_exit_2_and_writes_nothing(args, says, tmp_path, capsys):
+    (tmp_path / "not-one.json").write_text('{"weights_sha256": "abc"}')
+    with pytest.raises(SystemExit) as ended:  # refused before anything is computed, so in this process
+        doctor_main([arg.format(tmp=tmp_path) for arg in args])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and says in err, err
+    assert not (tmp_path / "out.json").exists()
