@@ -154,6 +154,33 @@ def test_a_two_node_run_stopped_by_sigterm_and_launched_again_with_resume_ends_w
     assert resumed.weights == ddp_runs["seed7"][0].weights
 
 
+# A prelude for the held harness: SIGUSR1 releases a held rank without asking it to stop (train
+# leaves SIGUSR1 alone; a handler is what makes signal.pause() return).
+RELEASE_WITHOUT_STOPPING = "signal.signal(signal.SIGUSR1, lambda signum, frame: None)"
+
+
+@pytest.mark.parametrize("signalled", [0, 1])
+def test_sigterm_to_one_rank_alone_stops_every_rank_after_the_same_step_with_its_checkpoint(signalled, tmp_path):
+    """A scheduler or a user may signal one process of a job. The ranks agree after each step
+    whether any of them was asked to stop, so the other one stops there too, instead of training
+    on alone into a collective that never completes. Each rank in turn is the one signalled."""
+    script, marker, step = tmp_path / "held.py", tmp_path / "held", 3
+    script.write_text(held_at_step_code(RELEASE_WITHOUT_STOPPING))
+    launcher = start([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                      str(script), str(step), str(marker), *FAST, "--seed", "7", "--out", str(tmp_path / "run")],
+                     tmp_path / "launcher.log", env=python_env(PYTHONHASHSEED="7"))
+    for rank in (0, 1):
+        wait_until(marker.with_name(f"held.{rank}").exists, launcher, f"rank {rank} reaching step {step}")
+    workers = [int(marker.with_name(f"held.{rank}").read_text()) for rank in (0, 1)]
+    os.kill(workers[signalled], signal.SIGTERM)
+    os.kill(workers[1 - signalled], signal.SIGUSR1)  # released: it carries on unless told to stop
+    assert launcher.wait() != 0  # torchrun reports its workers' 143
+    assert "SIGTERM: stopped after step 3, checkpoint " in launcher.stderr, launcher.stderr[-3000:]
+    checkpoints = sorted(path.name for path in (tmp_path / "run" / "checkpoints").glob("step-*.pt"))
+    assert checkpoints[-1] == f"step-{step:08d}.pt"  # both stopped there: no later step was taken
+    assert all(ended_in_time(pid, limit=120) for pid in workers)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 def test_a_killed_torchrun_launcher_leaves_no_worker_training(tmp_path):
     """torchrun starts each worker in a process group of its own, so SIGKILL to the launcher (as a
