@@ -41,8 +41,9 @@ RESEARCH_ONLY = (
     "slurm", "docs",
     *(f"tests/test_{name}.py" for name in (
         "checkpoint", "cluster", "commands", "config", "ctrl_c", "cudnn", "data", "distributed", "evaluate",
-        "fingerprint", "failures", "fsdp", "fsdp_precision", "invariance", "loop", "machine", "nonfinite", "one_writer", "plot",
-        "precision", "resume", "settings", "stop_signals", "study", "task_contract", "tools", "tracking", "train")),
+        "failures", "fingerprint", "fsdp", "fsdp_precision", "invariance", "loop", "machine", "nonfinite", "one_writer",
+        "plot", "precision", "resume", "settings", "stop_signals", "study", "task_contract", "tools", "tracking",
+        "train")),
     # Exercises about what the teaching size leaves out: accumulation, mid-epoch resume, cuDNN on a GPU.
     "exercises/08-cudnn-benchmark", "exercises/09-micro-batches-share-one-key",
     "exercises/10-loader-position-not-restored",

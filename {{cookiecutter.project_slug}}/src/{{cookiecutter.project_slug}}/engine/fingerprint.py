@@ -213,8 +213,7 @@ def compare_fingerprints(mine: dict, theirs: dict) -> tuple[list[str], bool]:
             continue
         same = False
         first = differing[0]
-        why = (" (the data differs: every result after it differs with it)" if first.startswith("data/")
-               else "")
+        why = " (the data differs: so does the task's step, whatever the kernels)" if first.startswith("data/") else ""
         lines.append(f"{mode}: differs first at {first}{why}; {len(differing)} of {len(shared)} differ: "
                      f"{', '.join(differing)}{note}")
     return lines, same
