@@ -154,6 +154,19 @@ def test_a_two_node_run_stopped_by_sigterm_and_launched_again_with_resume_ends_w
     assert resumed.weights == ddp_runs["seed7"][0].weights
 
 
+def held_torchrun(root, step: int, prelude: str = ""):
+    """`torchrun --nproc_per_node=2` of train into root/run, both ranks held after `step`:
+    (the launcher, the two workers' process ids), once both are held."""
+    script, marker = root / "held.py", root / "held"
+    script.write_text(held_at_step_code(prelude))
+    launcher = start([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                      str(script), str(step), str(marker), *FAST, "--seed", "7", "--out", str(root / "run")],
+                     root / "launcher.log", env=python_env(PYTHONHASHSEED="7"))
+    for rank in (0, 1):
+        wait_until(marker.with_name(f"held.{rank}").exists, launcher, f"rank {rank} reaching step {step}")
+    return launcher, [int(marker.with_name(f"held.{rank}").read_text()) for rank in (0, 1)]
+
+
 # A prelude for the held harness: SIGUSR1 releases a held rank without asking it to stop (train
 # leaves SIGUSR1 alone; a handler is what makes signal.pause() return).
 RELEASE_WITHOUT_STOPPING = "signal.signal(signal.SIGUSR1, lambda signum, frame: None)"
@@ -164,14 +177,8 @@ def test_sigterm_to_one_rank_alone_stops_every_rank_after_the_same_step_with_its
     """A scheduler or a user may signal one process of a job. The ranks agree after each step
     whether any of them was asked to stop, so the other one stops there too, instead of training
     on alone into a collective that never completes. Each rank in turn is the one signalled."""
-    script, marker, step = tmp_path / "held.py", tmp_path / "held", 3
-    script.write_text(held_at_step_code(RELEASE_WITHOUT_STOPPING))
-    launcher = start([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                      str(script), str(step), str(marker), *FAST, "--seed", "7", "--out", str(tmp_path / "run")],
-                     tmp_path / "launcher.log", env=python_env(PYTHONHASHSEED="7"))
-    for rank in (0, 1):
-        wait_until(marker.with_name(f"held.{rank}").exists, launcher, f"rank {rank} reaching step {step}")
-    workers = [int(marker.with_name(f"held.{rank}").read_text()) for rank in (0, 1)]
+    step = 3
+    launcher, workers = held_torchrun(tmp_path, step, RELEASE_WITHOUT_STOPPING)
     os.kill(workers[signalled], signal.SIGTERM)
     os.kill(workers[1 - signalled], signal.SIGUSR1)  # released: it carries on unless told to stop
     assert launcher.wait() != 0  # torchrun reports its workers' 143
@@ -187,14 +194,8 @@ def test_a_killed_torchrun_launcher_leaves_no_worker_training(tmp_path):
     job's shell or a careless kill sends it) would leave both ranks training on. Each worker asks
     the kernel for a signal when its launcher dies: both stop after the step they are at, write its
     checkpoint, and end. The launcher has threads, so each worker hears of its death more than once."""
-    script, marker, step = tmp_path / "held.py", tmp_path / "held", 3
-    script.write_text(held_at_step_code())
-    launcher = start([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                      str(script), str(step), str(marker), *FAST, "--seed", "7", "--out", str(tmp_path / "run")],
-                     tmp_path / "launcher.log", env=python_env(PYTHONHASHSEED="7"))
-    for rank in (0, 1):
-        wait_until(marker.with_name(f"held.{rank}").exists, launcher, f"rank {rank} reaching step {step}")
-    workers = [int(marker.with_name(f"held.{rank}").read_text()) for rank in (0, 1)]
+    step = 3
+    launcher, workers = held_torchrun(tmp_path, step)
     os.kill(launcher.popen.pid, signal.SIGKILL)  # the launcher alone: its workers are not in its group
     launcher.popen.wait()
     still_training = [pid for pid in workers if not ended_in_time(pid, limit=120)]
