@@ -2,6 +2,7 @@
 
     python scripts/sizes.py            # the table, in Markdown
     python scripts/sizes.py --json F   # and the figures as JSON
+    python scripts/sizes.py --readme   # and put the table into README.md in place of the old one
 
 Bakes the template's defaults at each size (scope=research, scope=teaching) into a scratch folder
 and counts, in the project as a user gets it:
@@ -114,12 +115,27 @@ def measure() -> dict[str, dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--readme", action="store_true", help="also replace the table in README.md")
     args = parser.parse_args()
     figures = measure()
     print(table(figures))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    if args.readme:
+        replace_in_readme(ROOT / "README.md", table(figures))
     return 0
+
+
+def replace_in_readme(readme: Path, new: str) -> None:
+    """Put `new` where the README's table of the two sizes is: from its header row to the first line
+    that is not a table row."""
+    lines = readme.read_text(encoding="utf-8").split("\n")
+    start = lines.index(new.split("\n")[0])  # the header row, "| | research | teaching |"
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    lines[start:end] = new.split("\n")
+    readme.write_text("\n".join(lines), encoding="utf-8")
 
 
 if __name__ == "__main__":

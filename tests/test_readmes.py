@@ -193,7 +193,7 @@ def test_the_picture_in_the_readmes_is_drawn_by_the_generated_readmes_own_comman
 
 def test_the_readmes_table_of_the_two_sizes_is_what_scripts_sizes_py_counts_now():
     """The figures of "Two sizes" come from a command: after a change to the generated project,
-    `python scripts/sizes.py` gives the table to paste."""
+    `python scripts/sizes.py --readme` puts the table in."""
     sizes = load("sizes", ROOT / "scripts" / "sizes.py")
     table = sizes.table(sizes.measure())
-    assert table in (ROOT / "README.md").read_text(encoding="utf-8"), f"run python scripts/sizes.py:\n{table}"
+    assert table in (ROOT / "README.md").read_text(encoding="utf-8"), f"run python scripts/sizes.py --readme:\n{table}"
