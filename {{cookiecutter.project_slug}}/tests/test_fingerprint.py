@@ -1,12 +1,14 @@
 """`doctor --fingerprint FILE [--against THEIRS]`: this machine's digests of every operation a run
 depends on (engine/fingerprint.py), natively and under --cpu-kernels portable, each computed in a
 fresh interpreter; the comparison names the first operation where two machines part. Its negative
-control is the real mechanism: on a CPU with AVX-512, the portable pins change some kernels' bits."""
+control is the real mechanism: on a CPU with AVX-512, the portable pins change some kernels' and
+some of NumPy's functions' bits."""
 
 from __future__ import annotations
 
 import copy
 import json
+import shutil
 import subprocess
 import sys
 
@@ -15,8 +17,9 @@ import pytest
 from {{ cookiecutter.project_slug }}.doctor import main as doctor_main
 from {{ cookiecutter.project_slug }}.engine.fingerprint import OPERATIONS, compare_fingerprints, read_fingerprint
 from {{ cookiecutter.project_slug }}.engine.startup import cpu_info, portable_problem
+from {{ cookiecutter.project_slug }}.verify import main as verify_main
 
-from conftest import PACKAGE, python_env
+from conftest import PACKAGE, python_env, train_many
 
 
 def doctor(*args: str) -> subprocess.CompletedProcess:
@@ -77,13 +80,36 @@ def test_comparing_names_the_first_operation_that_differs_in_a_runs_order(finger
 
 @pytest.mark.skipif("avx512f" not in (cpu_info()["flags"] or ()) or portable_problem() is not None,
                     reason="needs an x86 CPU with AVX-512, where the portable pins change kernels")
-def test_on_an_avx512_cpu_the_portable_pins_change_torchs_kernels_and_not_numpys(fingerprinted):
-    """The fingerprint sees a real difference of kernels, not one a test wrote into a file; and
-    none where portable mode pins nothing (NumPy)."""
+def test_on_an_avx512_cpu_the_portable_pins_change_torchs_kernels_and_numpys_functions(fingerprinted):
+    """The fingerprint sees a real difference of kernels, not one a test wrote into a file: the pins
+    turn off ATen's AVX-512 kernels and NumPy's AVX-512 loops (its exp and log round otherwise)."""
     record = read_fingerprint(fingerprinted[0])
     native, portable = (record["modes"][mode]["operations"] for mode in ("native", "portable"))
     assert [name for name in OPERATIONS if name.startswith("torch/") and native[name] != portable[name]]
-    assert all(native[name] == portable[name] for name in OPERATIONS if name.startswith("numpy/"))
+    assert [name for name in OPERATIONS if name.startswith("numpy/") and native[name] != portable[name]]
+
+
+@pytest.mark.skipif(portable_problem() is not None, reason=f"this CPU cannot run the pins: {portable_problem()}")
+def test_a_portable_run_records_its_fingerprint_and_verify_where_the_machine_differs_names_the_operation(
+        tmp_path, capsys):
+    made = train_many(tmp_path, {"portable": (("--epochs", "1", "--cpu-kernels", "portable"), {}),
+                                 "native": (("--epochs", "1"), {})})
+    run = made["portable"]
+    record = read_fingerprint(run.path / "fingerprint.json")
+    assert record["modes"]["native"] is None and tuple(record["modes"]["portable"]["operations"]) == OPERATIONS
+    assert not (made["native"].path / "fingerprint.json").exists()  # a native run spends nothing on it
+    # Another machine, as verify sees it: another CPU model, whose LSTM kernel gave other bits.
+    elsewhere = shutil.copytree(run.path, tmp_path / "elsewhere")
+    environment = json.loads((elsewhere / "environment.json").read_text())
+    (elsewhere / "environment.json").write_text(json.dumps({**environment, "cpu_model": "Another CPU"}))
+    (elsewhere / "fingerprint.json").write_text(json.dumps(with_changed(record, "portable", "torch/lstm")))
+    assert verify_main([str(elsewhere), "--steps", "2"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[said.index("this machine differs from the one that made the run:") + 1].startswith("  cpu_model: ")
+    assert f"  portable: differs first at torch/lstm; 1 of {len(OPERATIONS)} differ: torch/lstm" in said
+    # The negative control: on the machine that made it nothing differs, and nothing is computed.
+    assert verify_main([str(run.path), "--steps", "2"]) == 0
+    assert not [line for line in capsys.readouterr().out.splitlines() if "fixed inputs" in line]
 
 
 @pytest.mark.parametrize("args, says", [

@@ -22,7 +22,7 @@ import torch
 from {{ cookiecutter.project_slug }} import compare, doctor, verify
 from {{ cookiecutter.project_slug }}.engine import environment
 from {{ cookiecutter.project_slug }}.engine.runs import read_run
-from {{ cookiecutter.project_slug }}.engine.startup import linux_cpu, portable_problem, run_environment
+from {{ cookiecutter.project_slug }}.engine.startup import cpu_info, linux_cpu, portable_problem, run_environment
 from {{ cookiecutter.project_slug }}.train import main
 
 from conftest import FAST, PACKAGE, python_env, train_many
@@ -31,11 +31,12 @@ OTHER_MACHINE = "riscv64" if platform.machine() == "aarch64" else "aarch64"  # a
 
 # The pins the portable mode sets, written out here rather than read from the code's own table, so
 # that a wrong value in the code fails (each value found by experiment on an AVX-512 machine).
+NUMPY_AVX512 = "X86_V4 AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR"
 PINS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-        "MKL_CBWR": "AVX2"}
+        "MKL_CBWR": "AVX2", "NPY_DISABLE_CPU_FEATURES": NUMPY_AVX512}
 # A shell whose variables send every library down another path than the pins.
 OTHER_SHELL = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_CBWR": "COMPATIBLE",
-               "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
+               "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "NPY_DISABLE_CPU_FEATURES": "X86_V3 AVX2"}
 NO_PORTABLE = portable_problem()
 needs_portable = pytest.mark.skipif(NO_PORTABLE is not None, reason=f"this CPU cannot run the pins: {NO_PORTABLE}")
 
@@ -61,6 +62,37 @@ def test_the_relaunch_pins_the_cpu_kernels_under_portable_and_leaves_the_shells_
     (portable_out, _), (native_out, _) = portable.communicate(timeout=300), native.communicate(timeout=300)
     assert json.loads(portable_out) == PINS
     assert json.loads(native_out) == OTHER_SHELL  # the negative control: without the pin, the shell's
+
+
+# NumPy's SIMD targets that are on in this process, after the relaunch train would make.
+PRINT_NUMPY_TARGETS = f"""
+import json, sys
+from {PACKAGE}.engine.startup import relaunch_with_run_environment
+relaunch_with_run_environment(sys.argv[1:], default_seed=0)
+import numpy
+try:
+    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+except ImportError:  # NumPy 1.x
+    from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+print(json.dumps([name for name in __cpu_dispatch__ if __cpu_features__.get(name)]))
+"""
+
+
+def numpys_targets(*argv: str) -> list[str]:
+    """`python -W error`: NumPy's warning of the names in the pin that its version does not know
+    would stop the import, unless the relaunch quietens it."""
+    ended = subprocess.run([sys.executable, "-W", "error", "-c", PRINT_NUMPY_TARGETS, *argv], capture_output=True,
+                           text=True, env=python_env(), timeout=300)
+    assert ended.returncode == 0, ended.stderr[-2000:]
+    return json.loads(ended.stdout)
+
+
+@needs_portable
+def test_under_portable_numpy_loads_without_its_avx512_loops_even_under_w_error():
+    beyond_avx2 = [name for name in numpys_targets("--cpu-kernels", "portable") if "512" in name or name == "X86_V4"]
+    assert beyond_avx2 == []
+    if "avx512f" in (cpu_info()["flags"] or ()):  # the negative control, where there is AVX-512 to turn off
+        assert [name for name in numpys_targets() if "512" in name or name == "X86_V4"]
 
 
 def test_a_resumed_run_relaunches_with_its_recorded_cpu_kernels(tmp_path):
@@ -219,7 +251,8 @@ SHELLS = {"none": {}, "aten_avx2": {"ATEN_CPU_CAPABILITY": "avx2"}, "aten_defaul
           "onednn_avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "mkl_compatible": {"MKL_CBWR": "COMPATIBLE"},
           "mkl_sse4_2": {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}, "all_other": OTHER_SHELL}
 # An AVX2-only Intel machine, as far as one machine can play it: each library's dispatch capped at AVX2.
-AVX2_MACHINE = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+AVX2_MACHINE = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                "NPY_DISABLE_CPU_FEATURES": NUMPY_AVX512}
 
 
 @pytest.mark.slow

@@ -12,8 +12,11 @@ REPRODUCED and the weight hash, exit 0; or the first step where the two runs par
 both values), exit 1. Before it re-runs, it lists what differs between the machine that made the
 run and this one (CPU instruction sets, library versions, GPU, threads), each with whether it is
 known to change bits and what to do: bitwise equality is promised only on the same machine and
-software stack. A run that cannot be verified (a bad RUN_DIR, settings this code does not know, a
-run from another architecture or device, a re-run that fails): one line, exit 2.
+software stack. A run made with --cpu-kernels portable recorded its machine's fingerprint: where
+the machines differ, verify computes this one's and names the first operation whose bits differ
+(the data, NumPy, a kernel, an optimizer, the task's first step). A run that cannot be verified (a
+bad RUN_DIR, settings this code does not know, a run from another architecture or device, a re-run
+that fails): one line, exit 2.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         refuse("verify", refusal)
     if differing:
         print("this machine differs from the one that made the run:\n" + "\n".join(f"  {line}" for line in differing))
+        print("\n".join(fingerprint_lines(original)))
     what = (f"the first {args.steps} of its {recorded_steps} steps" if args.steps
             else f"all {recorded_steps} steps")
     print(f"re-running {what} of {args.run_dir} in a fresh process...", flush=True)
@@ -90,6 +94,22 @@ def machine_check(original: Run) -> tuple[str | None, list[str]]:
     except ValueError as error:
         return f"cannot verify {original.path}: {error}", []
     return None, explained_differences(original.environment, machine_environment(config, device), MACHINE_KEYS)
+
+
+def fingerprint_lines(original: Run) -> list[str]:
+    """For a run that recorded its machine's fingerprint (--cpu-kernels portable): this machine's,
+    computed now for the run's settings, against it, naming the first operation that differs."""
+    from .engine.fingerprint import RUN_FILE, compare_fingerprints, machine_fingerprint, read_fingerprint
+
+    if not (original.path / RUN_FILE).exists():
+        return []
+    try:
+        recorded = read_fingerprint(original.path / RUN_FILE)
+        lines, _ = compare_fingerprints(machine_fingerprint(("portable",), original.config), recorded)
+    except (RuntimeError, ValueError) as error:
+        return [f"  fingerprint: not compared: {error}"]
+    return [f"the operations at fixed inputs, this machine against the run's {RUN_FILE}:",
+            *(f"  {line}" for line in lines if line.startswith("portable:"))]
 
 
 def verify(original: Run, steps: int | None = None, keep: bool = False) -> tuple[int, list[str]]:

@@ -64,7 +64,7 @@ EXPLAINED = {
                   "rerun both with --cpu-kernels portable"),
     "cpu_capability": ("changes bits", "ATen's vectorised kernels differ by instruction set; rerun both with "
                        "--cpu-kernels portable"),
-    "cpu_kernel_variables": ("changes bits", "they choose ATen's, oneDNN's and MKL's code paths; rerun both "
+    "cpu_kernel_variables": ("changes bits", "they choose ATen's, oneDNN's, MKL's and NumPy's code paths; rerun both "
                              "with --cpu-kernels portable, which sets them"),
     "blas": ("changes bits", "another BLAS sums matrix products in another order; install the recorded torch build"),
     "mkl": ("changes bits", "install the recorded torch build (MKL comes with it)"),

@@ -8,6 +8,9 @@ functions, one of torch's kernels, an optimizer's update, or the whole first ste
 doctor computes it twice, each time in a fresh interpreter (the kernel pins are read only when torch
 loads): once natively and once under the pins of --cpu-kernels portable, where this CPU takes
 them. This module is what each of those interpreters runs (`python -m ...engine.fingerprint`).
+A run made with --cpu-kernels portable records its machine's portable digests, for its own
+settings, in its folder (fingerprint.json): verify, on a machine that differs, compares them with
+its own and names the operation.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 import platform
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +34,7 @@ from ..config import Config
 from ..utils.repro import configure_determinism, seed_everything, set_thread_count, state_dict_sha256
 from .cli import prog
 from .environment import NOTABLE_CPU_FLAGS
+from .files import write_json
 from .startup import CPU_KERNEL_VARIABLES, PORTABLE_CPU_KERNELS, cpu_info, portable_problem
 
 
@@ -156,30 +161,48 @@ OPERATIONS = ("data/train", "data/val", "numpy/exp", "numpy/log", "numpy/sin", "
 
 MODES = ("native", "portable")
 FORMAT = 1  # of the fingerprint file; a file of another format is refused, not misread
+RUN_FILE = "fingerprint.json"  # in the folder of a run made with --cpu-kernels portable
 
 
-def in_fresh_interpreter(mode: str) -> dict:
+def in_fresh_interpreter(mode: str, config: dict | None = None) -> dict:
     """This module run in a new interpreter, natively or under the portable pins (each library reads
-    its pin once, as it loads): {"aten": the kernels ATen chose, "operations": {name: digest}}."""
+    its pin once, as it loads), for a run of `config` (config.json's settings; None: the defaults):
+    {"aten": the kernels ATen chose, "operations": {name: digest}}. RuntimeError if it failed."""
     env = {name: value for name, value in os.environ.items() if name not in CPU_KERNEL_VARIABLES}
     env.update(PORTABLE_CPU_KERNELS if mode == "portable" else {})
     env["PYTHONHASHSEED"] = "0"  # nothing here hashes strings into results; fixed all the same
-    result = subprocess.run([sys.executable, "-m", __name__], capture_output=True, text=True, env=env)
+    source = str(Path(__file__).resolve().parents[2])  # this same copy of the code, installed or not
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
+    settings = [json.dumps(config)] if config is not None else []
+    result = subprocess.run([sys.executable, "-m", __name__, *settings], capture_output=True, text=True, env=env)
     if result.returncode != 0:
-        raise RuntimeError(f"the {mode} fingerprint failed: {result.stderr.strip().splitlines()[-1:]}")
+        raise RuntimeError(f"the {mode} fingerprint failed: {(result.stderr.strip().splitlines() or ['?'])[-1]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def machine_fingerprint() -> dict:
-    """This machine's record: the CPU, the versions, and each mode's digests (portable: None, with
-    why, on a CPU that the pins do not fit)."""
+def machine_fingerprint(modes: tuple[str, ...] = MODES, config: dict | None = None, made_by: str | None = None) -> dict:
+    """This machine's record: the CPU, the versions, and the digests of each of `modes` (another
+    mode, and portable on a CPU that the pins do not fit: None, with why)."""
     cpu, problem = cpu_info(), portable_problem()
-    return {"format": FORMAT, "made_by": f"{prog('doctor')} --fingerprint FILE",
+    return {"format": FORMAT, "made_by": made_by or f"{prog('doctor')} --fingerprint FILE",
             "date": datetime.date.today().isoformat(), "cpu": cpu["model"], "machine": cpu["machine"],
             "cpu_flags": sorted(NOTABLE_CPU_FLAGS & (cpu["flags"] or set())),
             "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__},
             "portable_problem": problem,
-            "modes": {mode: None if mode == "portable" and problem else in_fresh_interpreter(mode) for mode in MODES}}
+            "modes": {mode: None if mode not in modes or (mode == "portable" and problem)
+                      else in_fresh_interpreter(mode, config) for mode in MODES}}
+
+
+def record_for_run(out: Path, config: dict) -> str | None:
+    """A portable run's fingerprint.json: what this machine computes under the pins for the run's
+    settings, so that verify on another machine can name the operation where the two part (a few
+    seconds, in a fresh interpreter). Why it could not be made, in one line, or None."""
+    try:
+        record = machine_fingerprint(("portable",), config, made_by=f"{prog('train')} --cpu-kernels portable")
+    except (RuntimeError, ValueError) as error:
+        return str(error)
+    write_json(out / RUN_FILE, record)
+    return None
 
 
 def read_fingerprint(path: Path) -> dict:
@@ -220,7 +243,9 @@ def compare_fingerprints(mine: dict, theirs: dict) -> tuple[list[str], bool]:
 
 
 if __name__ == "__main__":
-    # The run's defaults on the CPU, as `train --device cpu` would take them (the data, the model).
-    operations = fingerprint(Config(device="cpu"))
+    # A run's settings (config.json's, as JSON; none: the defaults) on the CPU, as `train --device
+    # cpu` would take them: its data, its model.
+    settings = Config.from_dict(json.loads(sys.argv[1]))[0] if len(sys.argv) > 1 else Config()
+    operations = fingerprint(replace(settings, device="cpu"))
     print(json.dumps({"aten": torch.backends.cpu.get_cpu_capability(), "operations": operations}))
     sys.exit(0)

@@ -7,6 +7,8 @@
                       val row), loss, then each metric the task names
     checkpoints/      the last few checkpoints, for --resume (files; folders of shards under FSDP)
     world_sizes.json  only if a --resume changed the number of processes: from which step (world_sizes.py)
+    fingerprint.json  only under --cpu-kernels portable: this CPU's digests of the operations the run
+                      depends on, at fixed inputs (fingerprint.py), for verify on another machine
     tensorboard/      with --tensorboard: the same metrics as TensorBoard event files
     model.pt          the final state_dict (load it with torch.load(..., weights_only=True))
     summary.json      seeds, device, weights_sha256, train_seconds and the final evaluation
@@ -32,7 +34,7 @@ from .files import atomic_write, atomic_write_text, unwritable_reason, write_jso
 
 # The files that make a folder hold a run: a new run refuses such a folder without --overwrite.
 RUN_FILES = ("config.json", "environment.json", "metrics.csv", "model.pt", "summary.json", "checkpoints", "tensorboard",
-             "world_sizes.json")
+             "world_sizes.json", "fingerprint.json")
 ERROR_LOG = "error.log"  # not a run on its own: a rerun takes over a folder that holds only this
 ROW_FIELDS = ("epoch", "step", "split", "lr")  # lr: the step's learning rate; empty in a val row
 SPLITS = ("train", "val")

@@ -9,8 +9,8 @@ Two kinds of setting are read once, when the process starts, and never again:
 - The CPU kernel paths (--cpu-kernels portable). ATen picks its vectorised kernels by the CPU's
   instruction sets (AVX-512, AVX2 or none), oneDNN compiles its convolutions for the best ISA it
   finds, MKL dispatches its matrix products likewise; each sums in another order, so the same run
-  gives other bits on a CPU with other instruction sets. Each library reads its variable once,
-  when torch loads or first calls it.
+  gives other bits on a CPU with other instruction sets; NumPy picks its functions' SIMD code
+  likewise. Each library reads its variable once, when it loads or first calls it.
 
 The only way to set them for this process is to start the interpreter again with them set.
 `relaunch_with_run_environment` does that, with os.execv: the same process id (so torchrun and job
@@ -26,6 +26,7 @@ import platform
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 RELAUNCH_MARKER = "REPRO_RELAUNCHED_FOR_RUN_ENVIRONMENT"
@@ -46,6 +47,13 @@ PORTABLE_CPU_KERNELS = {
     # reductions and static scheduling, so that Intel CPUs with AVX2 give the same bits. Intel
     # documents it for Intel CPUs only: on others MKL falls back to its usual dispatch.
     "MKL_CBWR": "AVX2",
+    # NumPy's own SIMD dispatch (exp, log, sin and the like, in a task's data or augmentation): its
+    # AVX-512 code paths off, AVX2 kept. Named in both NumPy spellings, 2.4's X86_V4 and the
+    # AVX512* of 1.x to 2.3: NumPy skips a name its version or this CPU lacks, with an ImportWarning
+    # (hidden by default; quietened below for `-W error`). With it NumPy 1.26, 2.2 and 2.4 give the
+    # same exp and log on an AVX-512 CPU, as on an AVX2 one (docs/another-machine.md).
+    "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL "
+                                "AVX512_ICL AVX512_SPR",
 }
 CPU_KERNEL_VARIABLES = tuple(PORTABLE_CPU_KERNELS)
 X86_64 = ("x86_64", "amd64")
@@ -199,6 +207,15 @@ def started_as_module(module: str) -> bool:
     return False
 
 
+def quieten_numpys_pin_warning() -> None:
+    """NumPy warns, as it loads, of each name in the portable NPY_DISABLE_CPU_FEATURES that its
+    version or this CPU does not dispatch: expected (the list names every spelling), so not shown,
+    and not an error under `python -W error`."""
+    if os.environ.get("NPY_DISABLE_CPU_FEATURES") == PORTABLE_CPU_KERNELS["NPY_DISABLE_CPU_FEATURES"]:
+        warnings.filterwarnings("ignore", message="During parsing environment variable: 'NPY_DISABLE_CPU_FEATURES'",
+                                category=ImportWarning)
+
+
 def relaunch_with_run_environment(argv: list[str], default_seed: int) -> None:
     """Re-executes this interpreter with the variables of `run_environment`, unless all are in effect.
 
@@ -214,6 +231,7 @@ def relaunch_with_run_environment(argv: list[str], default_seed: int) -> None:
               "string hashing stays random", file=sys.stderr)
     missing = missing_from_environment(wanted)
     if not missing:
+        quieten_numpys_pin_warning()
         return
     if relaunched:  # set, and still not in effect: something removes them; never loop
         print(f"warning: cannot set {', '.join(missing)} for this process", file=sys.stderr)
