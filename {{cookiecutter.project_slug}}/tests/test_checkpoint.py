@@ -98,3 +98,34 @@ def test_a_checkpoint_crafted_to_run_code_is_refused_unrun_and_the_run_resumes_f
     assert f"resuming from {before} (epoch " in captured.out and f"step {step})" in captured.out
     resumed = read_run(run)
     assert resumed.metrics == runs["seed7"].metrics and resumed.weights == runs["seed7"].weights
+
+
+def test_a_checkpoint_of_another_format_is_skipped_and_the_run_resumes_from_the_one_before(runs, tmp_path, capsys):
+    """A checkpoint written by another version of this code (its format_version differs) is not
+    read as if it were of this one: a warning, and the resume takes the one before."""
+    run = shutil.copytree(runs["seed7"].path, tmp_path / "run")
+    for name in ("summary.json", "model.pt"):
+        (run / name).unlink()
+    before, newest = sorted((run / "checkpoints").glob("step-*.pt"))[-2:]
+    checkpoint = torch.load(newest, weights_only=True)
+    renamed = {"format_version": checkpoint["format_version"] - 1, "global_step": checkpoint["step"],
+               **{key: value for key, value in checkpoint.items() if key not in ("format_version", "step")}}
+    torch.save(renamed, newest)  # as an older version laid it out
+    assert main(["--out", str(run), "--resume"]) == 0
+    captured = capsys.readouterr()
+    assert any(str(newest) in line and "format version" in line for line in captured.err.splitlines())
+    assert f"resuming from {before} (epoch " in captured.out
+    assert read_run(run).weights == runs["seed7"].weights
+
+
+def test_train_seconds_after_a_resume_adds_the_time_counted_before_it(runs, tmp_path):
+    """summary.json's train_seconds is the run's whole training time, across every resume: what the
+    checkpoint counted, plus what this process trained."""
+    run = shutil.copytree(runs["seed7"].path, tmp_path / "run")
+    for name in ("summary.json", "model.pt"):
+        (run / name).unlink()
+    newest = sorted((run / "checkpoints").glob("step-*.pt"))[-1]
+    checkpoint = torch.load(newest, weights_only=True)
+    torch.save({**checkpoint, "train_seconds": 1000.0}, newest)  # as if the steps before took that long
+    assert main(["--out", str(run), "--resume"]) == 0
+    assert 1000.0 <= read_run(run).summary["train_seconds"] < 1000.0 + runs["seed7"].summary["train_seconds"] + 60

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import operator
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -13,10 +15,10 @@ import torch
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
 from {{ cookiecutter.project_slug }}.train import first
-from {{ cookiecutter.project_slug }}.utils.data import EpochSampler, KeyedRandomness
+from {{ cookiecutter.project_slug }}.utils.data import EpochSampler, KeyedRandomness, declared_draws
 from {{ cookiecutter.project_slug }}.utils.repro import Stream
 
-from conftest import SAMPLES, DrawsFrom
+from conftest import PACKAGE, SAMPLES, DrawsFrom, python_env
 
 SEED = 3
 CONFIG = Config(seed=SEED)
@@ -44,6 +46,18 @@ def test_only_the_generators_a_dataset_declares_are_seeded_before_each_sample():
     torch.manual_seed(99)
     again = keyed.__getitems__(keys)
     assert all(map(operator.is_, again, first_fetch))  # the same samples, whatever torch's state was before
+
+
+def test_a_dataset_that_declares_nothing_has_all_three_global_generators_seeded():
+    class Plain(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, index: int):
+            return torch.rand(1)
+
+    assert declared_draws(Plain()) == ("random", "numpy", "torch")
+    assert declared_draws(torch.utils.data.Subset(Plain(), [0, 1])) == ("random", "numpy", "torch")
 
 
 def test_a_dataset_error_names_the_sample_and_the_original_error():
@@ -120,3 +134,36 @@ def test_example_data_the_digits_are_exactly_scikit_learns():
     assert np.array_equal(images[:, 0], (digits.images / 16.0).astype(np.float32))
     assert np.array_equal(labels, digits.target)
 {%- endif %}
+
+
+# A loader whose workers get a SIGINT as soon as they exist, as Ctrl-C sends one to every process of
+# the terminal's group; then its epoch.
+WORKERS_GET_CTRL_C = """
+import os, signal, sys
+import torch.multiprocessing
+
+torch.multiprocessing.set_start_method(sys.argv[1], force=True)
+from {package} import task
+from {package}.config import Config
+from {package}.train import first
+from {package}.utils.data import make_loader
+
+if __name__ == "__main__":
+    loader = make_loader(first(task.make_datasets(Config())[0], 64), batch_size=8, seed=0, train=True, num_workers=2)
+    batches = iter(loader)
+    for worker in batches._workers:  # at once: a spawned worker is still importing torch
+        os.kill(worker.pid, signal.SIGINT)
+    print(sum(1 for _ in batches))
+"""
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_loader_workers_leave_ctrl_c_to_the_training_process_however_they_were_started(start_method, tmp_path):
+    """The training process finishes its step on Ctrl-C and stops; its workers must not die of it
+    first, or the step ends on a dead worker instead (spawn is macOS's and Windows' way)."""
+    script = tmp_path / "workers_get_ctrl_c.py"  # a file: spawn's workers re-import the main module
+    script.write_text(WORKERS_GET_CTRL_C.format(package=PACKAGE))
+    ended = subprocess.run([sys.executable, str(script), start_method], capture_output=True, text=True,
+                           env=python_env(), timeout=300)
+    assert ended.returncode == 0, ended.stderr[-2000:]
+    assert ended.stdout.strip() == "8"  # every batch of the epoch

@@ -19,6 +19,14 @@ CPU = torch.device("cpu")
 CONFIG = Config(seed=5, device="cpu", batch_size=BATCH, max_samples=SAMPLES)
 
 
+def autocast_in_effect() -> torch.dtype | None:
+    """The dtype CPU autocast computes in here, or None when it is off."""
+    try:
+        return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
+    except (AttributeError, TypeError):  # torch before 2.4
+        return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+
+
 def state_for(model: torch.nn.Module, lr: float = 0.05) -> TrainingState:
     optimizer, scheduler = make_optimizer(model, Config(lr=lr, schedule="constant"), steps=1000)
     return TrainingState(model, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False))
@@ -91,3 +99,14 @@ def test_training_runs_in_train_mode_whatever_mode_the_model_was_left_in(tmp_pat
     monkeypatch.setattr(train, "train_step", noting_the_mode)
     assert train.main(["--out", str(tmp_path / "run"), *FAST, "--epochs", "2"]) == 0
     assert modes and all(modes), modes  # the second epoch too, after the first one's evaluation
+
+
+@pytest.mark.parametrize("precision, dtype", [("fp32", None), ("bf16", torch.bfloat16)])
+def test_evaluation_computes_in_the_runs_precision(precision, dtype, trained, monkeypatch):
+    """What --precision bf16 trains in, it is evaluated in: the task's sums are taken under autocast."""
+    model, val_loader, _ = trained
+    seen, real = [], task.batch_sums
+    monkeypatch.setattr(task, "batch_sums", lambda outputs, targets: seen.append(autocast_in_effect()) or
+                        real(outputs, targets))
+    evaluate(model, val_loader, CPU, precision)
+    assert seen and set(seen) == {dtype}

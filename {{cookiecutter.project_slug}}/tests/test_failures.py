@@ -122,6 +122,32 @@ def test_a_run_that_fails_before_its_first_step_leaves_nothing_that_blocks_a_pla
     assert main(["--out", str(out), *FAST, "--epochs", "1"]) == 0  # no --overwrite needed
 
 
+def test_a_run_that_fails_inside_its_first_step_leaves_nothing_that_blocks_a_plain_rerun(tmp_path, capsys, monkeypatch):
+    """The run folder had its config, environment and metrics header when the step began: a failure
+    there leaves only error.log, so the same command, once fixed, runs without --overwrite."""
+    real = task.make_model
+
+    def failing_model(config, train_set):
+        model = real(config, train_set)
+        forward = model.forward
+
+        def forward_that_fails_in_training(inputs):
+            if model.training:
+                raise RuntimeError("shape mismatch in my layer")
+            return forward(inputs)
+
+        model.forward = forward_that_fails_in_training
+        return model
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(task, "make_model", failing_model)
+    assert main(["--out", str(out), *FAST, "--epochs", "1"]) == 1
+    assert "failed before its first step: RuntimeError: shape mismatch" in capsys.readouterr().err
+    assert sorted(path.name for path in out.iterdir()) == ["error.log"]
+    monkeypatch.setattr(task, "make_model", real)
+    assert main(["--out", str(out), *FAST, "--epochs", "1"]) == 0
+
+
 def test_a_model_that_fails_mid_run_keeps_the_steps_before_and_names_the_line(tmp_path, capsys, monkeypatch):
     real = task.make_model
     calls = []

@@ -5,13 +5,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
 from {{ cookiecutter.project_slug }}.engine.checkpoint import TrainingState
 from {{ cookiecutter.project_slug }}.engine.contract import check_task
-from {{ cookiecutter.project_slug }}.engine.loop import StepRows
+from {{ cookiecutter.project_slug }}.engine.loop import StepRows, accumulation_windows
 from {{ cookiecutter.project_slug }}.engine.optim import make_optimizer
 from {{ cookiecutter.project_slug }}.engine.run_folder import MetricsLog
 from {{ cookiecutter.project_slug }}.train import first, make_loaders
@@ -91,50 +92,78 @@ def test_every_micro_batch_and_step_draws_from_its_own_key(monkeypatch):
     assert draws_of_two_epochs(between=7) == first_pass  # other draws between the steps change nothing
 
 
-def test_a_step_of_accumulated_micro_batches_is_the_step_a_plain_loop_takes_on_the_whole_batch(monkeypatch):
-    """Two micro-batches of 8, their losses halved, make the gradient of the batch of 16: the
-    weights after two steps match those of a loop written by hand (to rounding: other sums)."""
-    cpu, generator = torch.device("cpu"), torch.Generator().manual_seed(0)
+class Regression:
+    """A task of plain sums, without the example's BatchNorm or dropout."""
+
+    @staticmethod
+    def batch_sums(outputs, targets):
+        return {"squared_error": ((outputs.squeeze(-1) - targets) ** 2).sum(), "samples": targets.numel()}
+
+    @staticmethod
+    def metrics_from_sums(sums):
+        return {"loss": sums["squared_error"] / sums["samples"]}
+
+
+def regression_data() -> tuple[torch.Tensor, torch.Tensor, torch.utils.data.TensorDataset]:
+    generator = torch.Generator().manual_seed(0)
     inputs, targets = torch.randn(64, 5, generator=generator), torch.randn(64, generator=generator)
-    dataset = torch.utils.data.TensorDataset(inputs, targets)
+    return inputs, targets, torch.utils.data.TensorDataset(inputs, targets)
 
-    class Regression:  # a task of plain sums, without the example's BatchNorm or dropout
-        @staticmethod
-        def batch_sums(outputs, targets):
-            return {"squared_error": ((outputs.squeeze(-1) - targets) ** 2).sum(), "samples": targets.numel()}
 
-        @staticmethod
-        def metrics_from_sums(sums):
-            return {"loss": sums["squared_error"] / sums["samples"]}
+def regression_state(config: Config) -> TrainingState:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 1)
+    optimizer, scheduler = make_optimizer(model, config, steps=100)
+    return TrainingState(model, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False))
 
+
+@pytest.mark.parametrize("batch, accumulate", [(16, 2), (24, 3)])
+def test_a_step_of_accumulated_micro_batches_is_the_step_a_plain_loop_takes_on_the_whole_batch(
+        batch, accumulate, monkeypatch):
+    """Micro-batches of batch/accumulate, each loss its share of the step's mean, make the gradient
+    of the whole batch: the weights after three steps match those of a loop written by hand (to
+    rounding: other sums). With 64 samples, batches of 24 in micro-batches of 8 end the epoch with
+    an uneven window, two micro-batches where there were three: the plain loop's last batch of 16."""
+    cpu = torch.device("cpu")
+    inputs, targets, dataset = regression_data()
     from {{ cookiecutter.project_slug }} import train
 
     monkeypatch.setattr(train, "task", Regression)
-
-    def weights_after_two_steps(accumulate: int) -> torch.Tensor:
-        torch.manual_seed(0)
-        model = torch.nn.Linear(5, 1)
-        config = Config(seed=1, batch_size=16, accumulate=accumulate, schedule="constant", lr=0.1, momentum=0.0,
-                        weight_decay=0.0)
-        loader, _ = make_loaders(dataset, dataset, config)
-        optimizer, scheduler = make_optimizer(model, config, steps=100)
-        state = TrainingState(model, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False))
-        for _ in zip(range(2), training_steps(model, loader, state, config, cpu), strict=False):
-            pass
-        return torch.cat([p.detach().flatten() for p in model.parameters()]), list(loader.sampler)[:32]
-
-    accumulated, order = weights_after_two_steps(accumulate=2)
+    config = Config(seed=1, batch_size=batch, accumulate=accumulate, schedule="constant", lr=0.1, momentum=0.0,
+                    weight_decay=0.0)
+    loader, _ = make_loaders(dataset, dataset, config)
+    state = regression_state(config)
+    steps = 3  # of the first epoch: with batches of 24, all of it
+    for _ in zip(range(steps), training_steps(state.model, loader, state, config, cpu), strict=False):
+        pass
+    accumulated = torch.cat([p.detach().flatten() for p in state.model.parameters()])
+    order = [index for _, index in loader.sampler]
     torch.manual_seed(0)
     model = torch.nn.Linear(5, 1)
+    initial = torch.cat([p.detach().flatten() for p in model.parameters()])
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for step in range(2):  # the loop a user writes: one batch of 16 a step
-        indices = [index for _, index in order[step * 16:(step + 1) * 16]]
+    for step in range(steps):  # the loop a user writes: one batch a step, the epoch's last one shorter
+        indices = order[step * batch:(step + 1) * batch]
         optimizer.zero_grad()
         loss = ((model(inputs[indices]).squeeze(-1) - targets[indices]) ** 2).mean()
         loss.backward()
         optimizer.step()
     plain = torch.cat([p.detach().flatten() for p in model.parameters()])
-    torch.manual_seed(0)
-    initial = torch.cat([p.detach().flatten() for p in torch.nn.Linear(5, 1).parameters()])
     assert not torch.allclose(plain, initial, rtol=1e-3)  # the steps moved the weights...
     assert torch.allclose(accumulated, plain, rtol=1e-5, atol=1e-7)  # ...and both loops alike
+
+
+def test_a_steps_sums_hold_every_micro_batch_of_its_window_the_uneven_last_one_too(monkeypatch):
+    """What the step's metrics row is made of: the sums over all its samples, not the last micro-batch's."""
+    _, _, dataset = regression_data()
+    from {{ cookiecutter.project_slug }} import train
+
+    monkeypatch.setattr(train, "task", Regression)
+    config = Config(seed=1, batch_size=24, accumulate=3, schedule="constant", lr=0.1)
+    loader, _ = make_loaders(dataset, dataset, config)
+    state = regression_state(config)
+    windows = list(accumulation_windows(loader, config.accumulate))
+    assert [len(window) for window in windows] == [3, 3, 2]
+    samples = [int(train.train_step(state.model, window, state, config, torch.device("cpu"))[0]["samples"])
+               for window in windows]
+    assert samples == [24, 24, 16]

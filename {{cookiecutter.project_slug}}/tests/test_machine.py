@@ -22,7 +22,14 @@ import torch
 from {{ cookiecutter.project_slug }} import compare, doctor, verify
 from {{ cookiecutter.project_slug }}.engine import environment
 from {{ cookiecutter.project_slug }}.engine.runs import read_run
-from {{ cookiecutter.project_slug }}.engine.startup import cpu_info, linux_cpu, portable_problem, run_environment
+from {{ cookiecutter.project_slug }}.engine.startup import (
+    cpu_info,
+    cpu_kernel_variables,
+    initial_environment,
+    linux_cpu,
+    portable_problem,
+    run_environment,
+)
 from {{ cookiecutter.project_slug }}.train import main
 
 from conftest import FAST, PACKAGE, python_env, train_many
@@ -93,6 +100,15 @@ def test_under_portable_numpy_loads_without_its_avx512_loops_even_under_w_error(
     assert beyond_avx2 == []
     if "avx512f" in (cpu_info()["flags"] or ()):  # the negative control, where there is AVX-512 to turn off
         assert [name for name in numpys_targets() if "512" in name or name == "X86_V4"]
+
+
+@pytest.mark.skipif(initial_environment() is None, reason="reads the starting environment from /proc (Linux)")
+def test_a_kernel_variable_set_after_the_start_is_not_recorded_as_in_effect(monkeypatch):
+    """The libraries read their variables as they load: a change to os.environ later reaches none of
+    them, so environment.json keeps what the process started with."""
+    started = initial_environment().get("MKL_CBWR")
+    monkeypatch.setenv("MKL_CBWR", "AVX" if started != "AVX" else "COMPATIBLE")
+    assert cpu_kernel_variables()["MKL_CBWR"] == started
 
 
 def test_a_resumed_run_relaunches_with_its_recorded_cpu_kernels(tmp_path):

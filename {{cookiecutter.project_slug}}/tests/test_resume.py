@@ -100,10 +100,15 @@ def test_sigterm_finishes_the_step_writes_a_checkpoint_and_says_how_to_resume(in
     assert "Traceback" not in stderr
 
 
-def test_ctrl_c_finishes_the_step_writes_its_checkpoint_and_says_how_to_resume(tmp_path):
-    """Ctrl-C in a terminal sends SIGINT to the whole process group, as the test does."""
+@pytest.mark.parametrize("start_method, workers", [(None, 0), ("fork", 2), ("spawn", 2)])
+def test_ctrl_c_finishes_the_step_writes_its_checkpoint_and_says_how_to_resume(start_method, workers, tmp_path):
+    """Ctrl-C in a terminal sends SIGINT to the whole process group, as the test does: to the loader's
+    workers too, whichever way they were started (spawn is macOS's and Windows' way)."""
     run = tmp_path / "interrupted"
-    process, marker = start_held(run, 3, ())
+    prelude = (f"import multiprocessing; multiprocessing.set_start_method({start_method!r}, force=True)"
+               if start_method else "")
+    process, marker = start_held_at(3, run, "--out", str(run), *ARGS, "--num-workers", str(workers), hash_seed="7",
+                                    prelude=prelude)
     wait_until(marker.exists, process, "reaching step 3")
     process.kill_group(signal.SIGINT)
     assert process.wait() == 128 + signal.SIGINT

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -18,12 +19,13 @@ from conftest import PACKAGE, python_env
 
 # Two signals to this process inside StopSignals, then what the stop request holds.
 TWO_SIGNALS = """
-import os, signal, sys
+import os, signal, sys, time
 from {package}.engine.signals import PARENT_DIED, StopSignals
 
 first, second = (PARENT_DIED if name == "PARENT_DIED" else getattr(signal, name) for name in sys.argv[1:])
 with StopSignals() as stop:
     os.kill(os.getpid(), first)  # a signal to oneself is handled before os.kill returns to Python code
+    print("second signal at", time.time(), file=sys.stderr, flush=True)
     os.kill(os.getpid(), second)
     print("stop requested by", "PARENT_DIED" if stop.signum == PARENT_DIED else signal.Signals(stop.signum).name)
 """
@@ -47,9 +49,12 @@ def test_the_parent_death_signal_repeated_is_one_stop_request_not_an_exit():
 @pytest.mark.parametrize("name, status", [("SIGTERM", 143), ("SIGINT", 130)])
 def test_a_second_sigterm_or_ctrl_c_exits_at_once_without_a_checkpoint(name, status):
     ended = send_two(name, name)
+    gone = time.time()
     assert ended.returncode == status, ended.stderr
     assert ended.stdout == ""  # the loop never got back to its step
     assert f"{name} again: exiting now, without a checkpoint" in ended.stderr
+    second = float(ended.stderr.split("second signal at ")[1].split()[0])
+    assert gone - second < 10  # at once: nothing waited for (seconds, even on a loaded machine)
 
 
 @needs_parent_death

@@ -34,10 +34,12 @@ def with_loss(change):
     return lambda sums: {**real_metrics(sums), "loss": change(real_metrics(sums)["loss"])}
 
 
-def declaring(generator: str, declared: tuple[str, ...] | None):
-    """make_datasets whose training set draws from `generator` and declares `declared`."""
+def declaring(generator: str, declared: tuple[str, ...] | None, split: str = "training"):
+    """make_datasets whose training (or validation) set draws from `generator` and declares `declared`."""
     def make_datasets(config):
         train_set, val_set = real_datasets(config)
+        if split == "validation":
+            return train_set, DrawsFrom(val_set, generator, declared)
         return DrawsFrom(train_set, generator, declared), val_set
     return make_datasets
 
@@ -47,6 +49,8 @@ BROKEN = {  # what is broken: (task attribute, replacement, words the one line m
         "metrics_from_sums", with_loss(lambda loss: loss.repeat(3)), "task.metrics_from_sums returned loss = a tensor"),
     "a metric that is NaN": (
         "metrics_from_sums", lambda sums: {**real_metrics(sums), "odd": torch.tensor(math.nan)}, "odd = nan"),
+    "a metric that is infinite": (
+        "metrics_from_sums", lambda sums: {**real_metrics(sums), "odd": torch.tensor(math.inf)}, "odd = inf"),
     "a metric named like a column": (
         "metrics_from_sums", lambda sums: {**real_metrics(sums), "step": 1.0}, "a figure named 'step'"),
     "no loss": (
@@ -67,6 +71,9 @@ BROKEN = {  # what is broken: (task attribute, replacement, words the one line m
     "a dataset that draws from torch and declares none": (
         "make_datasets", declaring("torch", ()), "samples change with the 'torch' generator"),
     # A generator of the dataset's own: no declaration fixes it, so none is suggested.
+    "a validation set that draws from numpy and leaves it out": (
+        "make_datasets", declaring("numpy", ("torch",), split="validation"),
+        "the validation set declares draws_from = ('torch',), but its samples change with the 'numpy' generator"),
     "a dataset with a generator of its own that declares the others": (
         "make_datasets", declaring("own", ("random", "numpy", "torch")), "a generator of its own"),
     "a dataset with a generator of its own and no draws_from": (

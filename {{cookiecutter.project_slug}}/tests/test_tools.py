@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from {{ cookiecutter.project_slug }} import compare, doctor, verify
+from {{ cookiecutter.project_slug }}.engine.environment import ENVIRONMENT_KEYS, environment_changes
 from {{ cookiecutter.project_slug }}.engine.runs import read_run
 
 from conftest import SetUpFailure, determinism_left_as_found, once, value_of
@@ -94,6 +95,14 @@ def test_compare_calls_a_copy_with_one_changed_validation_figure_different(runs,
     assert f"first divergence: step {run.summary['steps']} (val)" in out and out.strip().endswith("DIFFERENT")
 
 
+def test_verify_takes_steps_up_to_and_including_the_runs_last(runs, monkeypatch, capsys):
+    run = runs["seed7_threads2"]
+    asked = []
+    monkeypatch.setattr(verify, "verify", lambda original, steps, keep: asked.append(steps) or (0, ["REPRODUCED"]))
+    assert verify.main([str(run.path), "--steps", str(run.summary["steps"])]) == 0
+    assert asked == [run.summary["steps"]]
+
+
 def test_verify_never_claims_steps_that_the_run_does_not_have(runs, capsys):
     run = runs["seed7_threads2"]  # one epoch
     with pytest.raises(SystemExit) as exit_info:
@@ -101,6 +110,22 @@ def test_verify_never_claims_steps_that_the_run_does_not_have(runs, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "--steps 99999" in err and f"has only {run.summary['steps']} steps" in err and "REPRODUCED" not in err
+
+
+@pytest.mark.parametrize("key", ENVIRONMENT_KEYS)
+def test_verify_compare_and_a_resume_each_name_any_entry_of_the_environment_that_differs(key, runs, tmp_path):
+    """Every entry that bitwise equality depends on, one at a time: as verify's re-run, compare's
+    second run and a resume's process would see it."""
+    original = runs["seed7"]
+    copy = shutil.copytree(original.path, tmp_path / "copy")
+    (copy / "environment.json").write_text(json.dumps({**original.environment, key: "elsewhere"}))
+    elsewhere = read_run(copy)
+    code, lines = verify.report(original, original.config, elsewhere, None, [])
+    assert "environment differs, so PyTorch does not promise bitwise equality:" in lines
+    assert [line.split(":")[0].strip() for line in lines if line.startswith("  ")] == [key]
+    assert [line.split(":")[0] for line in compare.environment_lines(original, elsewhere, original.config,
+                                                                      original.config)] == [key]
+    assert [line.split(":")[0] for line in environment_changes(copy, original.environment)] == [key]
 
 
 def test_compare_says_identical_only_when_nothing_that_matters_differs(runs, tmp_path, capsys):

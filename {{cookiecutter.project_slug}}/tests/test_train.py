@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from {{ cookiecutter.project_slug }} import task
-from {{ cookiecutter.project_slug }}.train import main
+from {{ cookiecutter.project_slug }}.train import evaluation_due, main
 from {{ cookiecutter.project_slug }}.utils.repro import state_dict_sha256
 
-from conftest import FAST
+from conftest import FAST, settings
 
 EXAMPLE_DATA = hasattr(task, "make_synthetic")  # the example's own data; a project with its own lacks it
 
@@ -127,15 +127,28 @@ def test_an_out_folder_that_holds_a_run_is_refused_and_left_intact(runs, capsys)
     assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
 
 
+@pytest.mark.parametrize("epochs, every, due", [(4, 2, [1, 3]), (5, 2, [1, 3, 4]), (6, 4, [3, 5]), (3, 1, [0, 1, 2]),
+                                                 (3, 0, [2]), (1, 3, [0])])
+def test_evaluation_runs_after_every_nth_epoch_and_after_the_last(epochs, every, due):
+    """--eval-every N: after epochs N, 2N, ... (counted from 1) and always after the last; 0: the last only."""
+    config = settings(epochs=epochs, eval_every=every)
+    assert [epoch for epoch in range(epochs) if evaluation_due(epoch, config)] == due
+
+
 def test_overwrite_replaces_the_run_and_only_the_run(tmp_path):
     out = tmp_path / "run"
     (out / "checkpoints").mkdir(parents=True)
     (out / "summary.json").write_text("{}")
     (out / "checkpoints" / "step-00000099.pt").write_text("old")
     (out / "notes.txt").write_text("the user's own file")
+    # What only some runs write: left behind, it would describe the new run (compare would call it
+    # DIFFERENT from a run that never resumed; verify would compare another machine's fingerprint).
+    for name in ("world_sizes.json", "fingerprint.json"):
+        (out / name).write_text('{"from": "the earlier run"}')
     assert main(["--out", str(out), *FAST, "--epochs", "1", "--overwrite"]) == 0  # in this process
     assert "weights_sha256" in (out / "summary.json").read_text()
     assert not (out / "checkpoints" / "step-00000099.pt").exists()
+    assert not (out / "world_sizes.json").exists() and not (out / "fingerprint.json").exists()
     assert (out / "notes.txt").read_text() == "the user's own file"
 
 

@@ -34,6 +34,7 @@ Here, three pieces make the data stream a function of (seed, epoch, index) alone
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -141,11 +142,31 @@ class SampleError(Exception):
 def ignore_sigint_in_worker(worker_id: int) -> None:
     """Ctrl-C reaches every process of the terminal's group, workers included. Let the main process
     alone handle it (finish the step, write a checkpoint); it shuts the workers down after.
+    (SeededLoader starts them ignoring it already; this keeps them so whoever starts them.)
 
     Not a seeding function: torch (1.9 and later) already seeds `random`, torch and NumPy in each
     worker from the loader's base seed, and KeyedRandomness re-seeds them for every sample anyway.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class SeededLoader(DataLoader):
+    """A DataLoader whose workers ignore Ctrl-C from their first instruction. Under the spawn start
+    method (macOS's and Windows' default) a worker imports torch for a second or more before
+    ignore_sigint_in_worker runs: a Ctrl-C then would kill it, and the step would end on a dead
+    worker instead of a checkpoint. A new process keeps an ignored signal ignored (not a handler,
+    nor, under spawn, a blocked signal), so this process ignores SIGINT for the few milliseconds
+    that starting its workers takes, and then takes its own handler back."""
+
+    def _get_iterator(self):  # where DataLoader starts its workers (PyTorch's own name for it)
+        handler = signal.getsignal(signal.SIGINT)
+        if self.num_workers == 0 or handler is None or threading.current_thread() is not threading.main_thread():
+            return super()._get_iterator()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return super()._get_iterator()
+        finally:
+            signal.signal(signal.SIGINT, handler)
 
 
 def make_loader(dataset: Dataset, batch_size: int, seed: int, train: bool, num_workers: int = 0,
@@ -156,7 +177,7 @@ def make_loader(dataset: Dataset, batch_size: int, seed: int, train: bool, num_w
     torchrun); validation keeps the dataset's order. Under torchrun, each rank gets its share of
     the one order (see EpochSampler)."""
     stream = Stream.TRAIN_SAMPLE if train else Stream.VAL_SAMPLE
-    return DataLoader(
+    return SeededLoader(
         KeyedRandomness(dataset, seed, stream),
         batch_size=batch_size,
         sampler=EpochSampler(len(dataset), seed, shuffle=train, rank=rank, world_size=world_size, pad=train),
