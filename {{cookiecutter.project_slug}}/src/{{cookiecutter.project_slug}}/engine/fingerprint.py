@@ -195,8 +195,9 @@ def machine_fingerprint(modes: tuple[str, ...] = MODES, config: dict | None = No
 
 def record_for_run(out: Path, config: dict) -> str | None:
     """A portable run's fingerprint.json: what this machine computes under the pins for the run's
-    settings, so that verify on another machine can name the operation where the two part (a few
-    seconds, in a fresh interpreter). Why it could not be made, in one line, or None."""
+    settings, so that verify on another machine can name the operation where the two part. A fresh
+    interpreter builds the task's data and model once more: a few seconds for the example, as
+    long as task.make_datasets takes for yours. Why it could not be made, in one line, or None."""
     try:
         record = machine_fingerprint(("portable",), config, made_by=f"{prog('train')} --cpu-kernels portable")
     except (RuntimeError, ValueError) as error:

@@ -142,7 +142,7 @@ class SampleError(Exception):
 def ignore_sigint_in_worker(worker_id: int) -> None:
     """Ctrl-C reaches every process of the terminal's group, workers included. Let the main process
     alone handle it (finish the step, write a checkpoint); it shuts the workers down after.
-    (SeededLoader starts them ignoring it already; this keeps them so whoever starts them.)
+    (CtrlCSafeLoader starts them ignoring it already; this keeps them so whoever starts them.)
 
     Not a seeding function: torch (1.9 and later) already seeds `random`, torch and NumPy in each
     worker from the loader's base seed, and KeyedRandomness re-seeds them for every sample anyway.
@@ -150,7 +150,7 @@ def ignore_sigint_in_worker(worker_id: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-class SeededLoader(DataLoader):
+class CtrlCSafeLoader(DataLoader):
     """A DataLoader whose workers ignore Ctrl-C from their first instruction. Under the spawn start
     method (macOS's and Windows' default) a worker imports torch for a second or more before
     ignore_sigint_in_worker runs: a Ctrl-C then would kill it, and the step would end on a dead
@@ -177,7 +177,7 @@ def make_loader(dataset: Dataset, batch_size: int, seed: int, train: bool, num_w
     torchrun); validation keeps the dataset's order. Under torchrun, each rank gets its share of
     the one order (see EpochSampler)."""
     stream = Stream.TRAIN_SAMPLE if train else Stream.VAL_SAMPLE
-    return SeededLoader(
+    return CtrlCSafeLoader(
         KeyedRandomness(dataset, seed, stream),
         batch_size=batch_size,
         sampler=EpochSampler(len(dataset), seed, shuffle=train, rank=rank, world_size=world_size, pad=train),
