@@ -5,9 +5,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE_DIR = ROOT / "{{cookiecutter.project_slug}}"
@@ -81,3 +87,94 @@ TEACHING_README = {language: readme_template("teaching", language) for language 
 def docs_page(name: str, language: str = "en") -> Path:
     """A page of the research size's docs/ (docs/NAME.md in a project), one template file per language."""
     return TEMPLATE_DIR / "docs" / f"{{% if cookiecutter.language == '{language}' %}}{name}.md{{% endif %}}"
+
+
+# Whole generated suites (minutes each) in the background. test_bake.py's combinations and tiers
+# and test_tasks.py's tasks each need a project's whole `pytest`; one such suite keeps about 1.25 of
+# CI's two cores busy (its tests wait on the processes they start), so run one after the other
+# they leave the machine part idle. Every suite a session selects starts at the session's start,
+# two at a time, the longest first; the tests that wait on them run last (pytest_collection_
+# modifyitems below), so that all the rest runs meanwhile. The load stays below the 4x
+# oversubscription the generated kill and signal tests are written to pass under.
+@dataclass(frozen=True)
+class Suite:
+    """A generated project's suite: `make(folder)` bakes the project into the empty `folder` (and
+    edits it, as a user would) and returns it; `selection` is what follows `pytest -q`; `minutes`
+    about how long it took on CI, to start the longest first."""
+
+    make: Callable[[Path], Path]
+    selection: tuple[str, ...] = ()
+    minutes: float = 4.0
+
+
+def bake(folder: Path, context: dict, scope: str | None = None) -> Path:
+    """The template baked without prompts into `folder` with `context`; the project's path."""
+    from cookiecutter.main import cookiecutter
+
+    extra = {**context, **({"scope": scope} if scope else {})}
+    return Path(cookiecutter(str(ROOT), no_input=True, output_dir=str(folder), extra_context=extra))
+
+
+def pytest_collection_modifyitems(items):
+    """The tests that wait on a background suite (marked `suite`) go last, in their own order."""
+    items.sort(key=lambda item: item.get_closest_marker("suite") is not None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def background_suites(request, tmp_path_factory) -> dict[str, Future]:
+    """Suite name -> the future of its run (a CompletedProcess that passed, or the failure), for
+    every test the session selected that is marked `suite(NAME)`: NAME is a key of its module's
+    SUITES. Baked here, one after another (cookiecutter changes the working directory, which
+    threads share), each started as soon as it is baked."""
+    wanted: dict[str, Suite] = {}
+    for item in request.session.items:
+        marker = item.get_closest_marker("suite")
+        if marker is not None:
+            wanted[marker.args[0]] = item.module.SUITES[marker.args[0]]
+    started: list[subprocess.Popen] = []
+    pool = ThreadPoolExecutor(max_workers=2)
+    futures = {}
+    for name, suite in sorted(wanted.items(), key=lambda pair: -pair[1].minutes):
+        folder = tmp_path_factory.mktemp("suite")
+        try:
+            project = suite.make(folder)
+        except Exception as error:  # the waiting test reports it, with the others still run
+            futures[name] = Future()
+            futures[name].set_exception(error)
+            continue
+        futures[name] = pool.submit(run_generated_suite, project, *suite.selection,
+                                    timeout=int(suite.minutes * 60 * 4), started=started)
+    yield futures
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in started:  # a session stopped early (-x, Ctrl-C) leaves no suite running
+        stop_group(process)
+
+
+def run_generated_suite(project: Path, *selection: str, timeout: int = 900,
+                        started: list | None = None) -> subprocess.CompletedProcess:
+    """`pytest -q [selection]` in a baked project, from an environment without this session's
+    PYTEST_ variables; fails with the end of its output unless it passed. Its own process group, so
+    that a teardown can stop it and all it started (`started` gets the process)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    process = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selection],
+                               cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               start_new_session=True)
+    if started is not None:
+        started.append(process)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_group(process)
+        stdout, stderr = process.communicate()
+    result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert " passed" in result.stdout and " failed" not in result.stdout
+    return result
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

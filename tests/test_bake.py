@@ -6,14 +6,11 @@ The combinations use every choice value at least once. Each is baked once per se
 
 from __future__ import annotations
 
-import os
 import py_compile
-import signal
 import site
 import subprocess
 import sys
 import venv
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jinja2
@@ -25,7 +22,7 @@ try:  # Python 3.11+
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from conftest import AWKWARD_NAME, COOKIECUTTER_JSON, COPIER_ANSWERS_TEMPLATE, TEMPLATE_DIR, post_gen
+from conftest import AWKWARD_NAME, COOKIECUTTER_JSON, COPIER_ANSWERS_TEMPLATE, TEMPLATE_DIR, Suite, bake, post_gen
 
 COMBINATIONS = {
     "defaults": {},
@@ -264,93 +261,40 @@ def test_the_license_names_the_author(baked):
         baked.context["license"]] in text
 
 
-def run_generated_suite(project: Path, *selection: str, timeout: int = 900,
-                        started: list | None = None) -> subprocess.CompletedProcess:
-    """`pytest -q [selection]` in a baked project, from an environment without this session's
-    PYTEST_ variables; fails with the end of its output unless it passed. Its own process group, so
-    that a teardown can stop it and all it started (`started` gets the process)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    process = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selection],
-                               cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                               start_new_session=True)
-    if started is not None:
-        started.append(process)
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        stop_group(process)
-        stdout, stderr = process.communicate()
-    result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    assert " passed" in result.stdout and " failed" not in result.stdout
-    return result
-
-
-def stop_group(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-# Each generated suite the three tests below ask for: (combination, pytest selection, timeout).
-# The longest first, so that the last to finish is a short one.
+# The generated suites, run in the background from the session's start (conftest.background_suites).
 SUITES = {
-    "defaults -m slow": ("defaults", ("-m", "slow"), 1800),
-    **{f"{name} -m distributed": (name, ("-m", "distributed"), 900) for name in DISTRIBUTED_COMBINATIONS},
-    **{name: (name, (), 900) for name in COMBINATIONS},
+    "defaults -m slow": Suite(lambda folder: bake(folder, COMBINATIONS["defaults"]), ("-m", "slow"), minutes=8),
+    **{f"{name} -m distributed": Suite(lambda folder, name=name: bake(folder, COMBINATIONS[name]),
+                                       ("-m", "distributed"), minutes=5)
+       for name in DISTRIBUTED_COMBINATIONS},
+    **{name: Suite(lambda folder, name=name: bake(folder, COMBINATIONS[name]),
+                   minutes=1 if COMBINATIONS[name].get("scope") == "teaching" else 4)
+       for name in COMBINATIONS},
 }
-SUITE_TESTS = {"test_the_generated_test_suite_passes": "{combination}",
-               "test_the_generated_torchrun_tier_passes": "{combination} -m distributed",
-               "test_the_generated_slow_tests_pass": "defaults -m slow"}
-
-
-@pytest.fixture(scope="session")
-def generated_suites(request, cookies_session):
-    """The generated suites this session selected, started together and run two at a time. One
-    suite keeps about 1.25 of CI's two cores busy (its tests wait on the processes they start), so
-    two side by side finish sooner than one after the other, while the load stays far below the 4x
-    oversubscription the generated kill and signal tests are written to pass under."""
-    wanted = set()
-    for item in request.session.items:
-        pattern = SUITE_TESTS.get(getattr(item, "originalname", item.name))
-        if pattern is not None:
-            wanted.add(pattern.format(**getattr(getattr(item, "callspec", None), "params", {})))
-    template = str(Path(__file__).resolve().parents[1])
-    started: list[subprocess.Popen] = []
-    pool = ThreadPoolExecutor(max_workers=2)
-    futures = {}
-    for name, (combination, selection, timeout) in SUITES.items():
-        if name in wanted:
-            project = cookies_session.bake(extra_context=COMBINATIONS[combination], template=template).project_path
-            futures[name] = pool.submit(run_generated_suite, project, *selection, timeout=timeout, started=started)
-    yield futures
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in started:  # a session stopped early (-x, Ctrl-C) leaves no suite running
-        stop_group(process)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("combination", list(COMBINATIONS))
-def test_the_generated_test_suite_passes(combination, generated_suites):
-    generated_suites[combination].result()
+@pytest.mark.parametrize("combination", [pytest.param(name, marks=pytest.mark.suite(name)) for name in COMBINATIONS])
+def test_the_generated_test_suite_passes(combination, background_suites):
+    background_suites[combination].result()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("combination", DISTRIBUTED_COMBINATIONS)
-def test_the_generated_torchrun_tier_passes(combination, generated_suites):
+@pytest.mark.parametrize("combination", [pytest.param(name, marks=pytest.mark.suite(f"{name} -m distributed"))
+                                         for name in DISTRIBUTED_COMBINATIONS])
+def test_the_generated_torchrun_tier_passes(combination, background_suites):
     """`pytest -m distributed` (two minutes and more) for the combinations whose options reach what
     it trains: both datasets, and the deterministic modes. The others differ from these in names,
     licence, language and files, which their plain suites and the checks above cover."""
-    generated_suites[f"{combination} -m distributed"].result()
+    background_suites[f"{combination} -m distributed"].result()
 
 
 @pytest.mark.slow
-def test_the_generated_slow_tests_pass(generated_suites):
+@pytest.mark.suite("defaults -m slow")
+def test_the_generated_slow_tests_pass(background_suites):
     """Mixed precision and torch.compile (minutes of compiling): for the defaults only, since no
     option changes that code."""
-    generated_suites["defaults -m slow"].result()
+    background_suites["defaults -m slow"].result()
 
 
 def fresh_venv(folder: Path) -> str:

@@ -24,8 +24,9 @@ from conftest import (
     copy_template,
     load,
     pre_gen,
+    run_generated_suite,
 )
-from test_bake import COMBINATIONS, run_generated_suite
+from test_bake import COMBINATIONS
 from test_hooks import REFUSALS, REFUSED_BY_COOKIECUTTER, defaults
 
 generator = load("generate_copier", ROOT / "scripts" / "generate_copier.py")

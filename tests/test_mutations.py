@@ -67,7 +67,7 @@ def what_went_wrong(brk, project) -> str | None:
             compile(path.read_text(encoding="utf-8"), str(path), "exec")
         except SyntaxError as error:
             return f"the break {brk.name} leaves {path.name} uncompilable: {error}"
-        result = run_tests(project, brk.caught_by)
+        result = run_tests(project, "-x", brk.caught_by)  # its first failure is the verdict
     finally:
         path.write_text(original, encoding="utf-8")
     if not unchanged(project):

@@ -14,10 +14,11 @@ the machine runs.
 from __future__ import annotations
 
 import pytest
-from conftest import ROOT, load
+from conftest import ROOT, Suite, load
 
 tasks = load("tasks_benchmark", ROOT / "benchmarks" / "tasks.py")
 pytestmark = pytest.mark.slow
+NAMES, SCOPES = ("language_model", "regression", "gpt"), ("research", "teaching")
 
 
 def test_the_readme_holds_a_language_model_a_regression_and_a_gpt_as_whole_task_files():
@@ -39,19 +40,31 @@ def passed(result, label: str) -> str:
     return summary
 
 
-@pytest.mark.parametrize("scope", ["research", "teaching"])
-@pytest.mark.parametrize("name", ["language_model", "regression", "gpt"])
-def test_a_readme_task_passes_the_generated_suite_unmodified(name, scope, tmp_path):
-    project = tasks.make_project(tmp_path, tasks.readme_tasks()[name], scope)
-    result, seconds = tasks.plain_pytest(project)
-    print(f"{name} ({scope}): plain pytest {seconds:.1f} s ({passed(result, name)})")
+def make(name: str, scope: str) -> Suite:
+    """The README's task `name` as task.py of a project of size `scope`."""
+    return Suite(lambda folder: tasks.make_project(folder, tasks.readme_tasks()[name], scope),
+                 minutes=4.5 if scope == "research" else 1)
 
 
-def test_the_gpt_passes_the_generated_distributed_tier_unmodified_fsdp_included(tmp_path):
+# Run in the background from the session's start (conftest.background_suites).
+SUITES = {
+    **{f"{name} ({scope})": make(name, scope) for name in NAMES for scope in SCOPES},
+    "gpt (research) -m distributed": Suite(
+        lambda folder: tasks.make_project(folder, tasks.readme_tasks()["gpt"], "research"), ("-m", "distributed"),
+        minutes=5),
+}
+
+
+@pytest.mark.parametrize("name, scope", [pytest.param(name, scope, marks=pytest.mark.suite(f"{name} ({scope})"),
+                                                      id=f"{name}-{scope}") for name in NAMES for scope in SCOPES])
+def test_a_readme_task_passes_the_generated_suite_unmodified(name, scope, background_suites):
+    print(f"{name} ({scope}): {passed(background_suites[f'{name} ({scope})'].result(), name)}")
+
+
+@pytest.mark.suite("gpt (research) -m distributed")
+def test_the_gpt_passes_the_generated_distributed_tier_unmodified_fsdp_included(background_suites):
     """torchrun on gloo: DDP and FSDP at 2 ranks twice bitwise, killed and resumed, resumed at 1
     and 3 ranks; under FSDP its tied embedding and final norm belong to the root's unit."""
-    project = tasks.make_project(tmp_path, tasks.readme_tasks()["gpt"], "research")
-    result, seconds = tasks.plain_pytest(project, "-m", "distributed")
-    summary = passed(result, "gpt, -m distributed")
+    summary = passed(background_suites["gpt (research) -m distributed"].result(), "gpt, -m distributed")
     assert "skipped" not in summary, summary  # every torchrun test ran
-    print(f"gpt (research): pytest -m distributed {seconds:.1f} s ({summary})")
+    print(f"gpt (research): pytest -m distributed ({summary})")

@@ -628,10 +628,10 @@ def tied_launches(root: Path) -> dict:
     killed_step = 2 * math.ceil(100 / BATCH) + 2
     killed = start(torchrun(2, str(held_script), str(killed_step), str(marker), *TIED, "--out", str(root / "killed")),
                    root / "killed.log", env=env)
-    for rank in (0, 1):
-        wait_until(marker.with_name(f"{marker.name}.{rank}").exists, killed, f"rank {rank} reaching step {killed_step}")
-    killed.kill_group(signal.SIGKILL)
-    killed.popen.wait()
+    # Each rank is killed itself: torchrun starts its ranks in sessions of their own, so a kill of
+    # the launcher's group reaches none of them, and each would be told its parent died and stop
+    # with a checkpoint (engine/signals.py) while the copies below are made.
+    signal_ranks(killed, [marker.with_name(f"{marker.name}.{rank}") for rank in (0, 1)], signal.SIGKILL)
     for name in ("killed_to1", "killed_to3"):
         shutil.copytree(root / "killed", root / name)
     resumed = {name: start(torchrun(processes, str(script), *TIED, "--out", str(root / name), "--resume"),
