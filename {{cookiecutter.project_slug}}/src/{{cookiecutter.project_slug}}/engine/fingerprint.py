@@ -35,6 +35,7 @@ from ..utils.repro import configure_determinism, seed_everything, set_thread_cou
 from .cli import prog
 from .environment import NOTABLE_CPU_FLAGS
 from .files import write_json
+from .launch import importing_this_copy
 from .startup import CPU_KERNEL_VARIABLES, PORTABLE_CPU_KERNELS, cpu_info, portable_problem
 
 
@@ -171,8 +172,7 @@ def in_fresh_interpreter(mode: str, config: dict | None = None) -> dict:
     env = {name: value for name, value in os.environ.items() if name not in CPU_KERNEL_VARIABLES}
     env.update(PORTABLE_CPU_KERNELS if mode == "portable" else {})
     env["PYTHONHASHSEED"] = "0"  # nothing here hashes strings into results; fixed all the same
-    source = str(Path(__file__).resolve().parents[2])  # this same copy of the code, installed or not
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
+    env = importing_this_copy(env)
     settings = [json.dumps(config)] if config is not None else []
     result = subprocess.run([sys.executable, "-m", __name__, *settings], capture_output=True, text=True, env=env)
     if result.returncode != 0:

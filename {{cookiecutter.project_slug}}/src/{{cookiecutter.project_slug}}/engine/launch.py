@@ -13,13 +13,18 @@ from .cli import PACKAGE
 from .signals import die_with_parent
 
 
+def importing_this_copy(env: dict[str, str]) -> dict[str, str]:
+    """`env` with this copy of the package first on PYTHONPATH: a child process imports the code
+    that started it, installed or not, and not another copy that happens to be installed."""
+    source = str(Path(__file__).resolve().parents[2])
+    return {**env, "PYTHONPATH": os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)}
+
+
 def launch_training(*args: str, world_size: int = 1, torchrun: bool = False, **popen) -> subprocess.Popen:
     """`python -m <package>.train ARGS` in a fresh process that imports this same copy of the code,
     installed or not; for a world size above 1 (or `torchrun`: --parallel fsdp needs it even for
     one process), under `torchrun --standalone` on this machine."""
-    source = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
+    env = importing_this_copy(dict(os.environ))
     launcher = [sys.executable]
     if world_size > 1 or torchrun:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}"]
