@@ -168,7 +168,7 @@ def held_torchrun(root, step: int, prelude: str = ""):
 
 
 # A prelude for the held harness: SIGUSR1 releases a held rank without asking it to stop (train
-# leaves SIGUSR1 alone; a handler is what makes signal.pause() return).
+# leaves SIGUSR1 alone; the hold ends once a handler has run).
 RELEASE_WITHOUT_STOPPING = "signal.signal(signal.SIGUSR1, lambda signum, frame: None)"
 
 

@@ -118,6 +118,33 @@ def test_ctrl_c_finishes_the_step_writes_its_checkpoint_and_says_how_to_resume(s
     assert "Traceback" not in process.stderr
 
 
+# The held harness itself, given the signal at the worst moment: sent by the run to itself the
+# instant its marker appears, before any wait has begun (a test on a loaded machine can send it then).
+SIGNAL_AS_THE_MARKER_APPEARS = """
+import os as _os, signal as _signal
+_replace = _os.replace
+def _replace_then_signal(source, destination):
+    _replace(source, destination)
+    if str(destination).endswith(".held"):
+        _os.kill(_os.getpid(), _signal.SIGTERM)
+_os.replace = _replace_then_signal
+"""
+
+
+def test_a_held_run_signalled_the_moment_its_marker_appears_still_stops_there(tmp_path):
+    """Every signal test holds its run with conftest's harness: a signal that arrives between the
+    marker and the wait must still end the hold (signal.pause() there waited for ever)."""
+    run = tmp_path / "signalled"
+    process, marker = start_held_at(3, run, "--out", str(run), *ARGS, hash_seed="7",
+                                    prelude=SIGNAL_AS_THE_MARKER_APPEARS)
+    try:
+        returncode = process.popen.wait(timeout=120)  # a few seconds' run: longer is the hang
+    finally:
+        process.kill_group(signal.SIGKILL)
+    assert returncode == 128 + signal.SIGTERM, process.stderr[-3000:]
+    assert marker.exists() and "SIGTERM: stopped after step 3, checkpoint " in process.stderr
+
+
 def test_sigkill_is_a_real_kill(interrupted):
     stopped, _ = interrupted
     assert stopped["sigkill_workers2"][0] == -signal.SIGKILL
