@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -33,6 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,11 +48,10 @@ SHELLS = {
     "MKL_CBWR=AVX2": {"MKL_CBWR": "AVX2"},
     "MKL_ENABLE_INSTRUCTIONS=SSE4_2": {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"},
 }
-NUMPY_AVX512 = "X86_V4 AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL AVX512_ICL AVX512_SPR"
-AVX2_MACHINE = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-                "NPY_DISABLE_CPU_FEATURES": NUMPY_AVX512}
-KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS",
-                    "NPY_DISABLE_CPU_FEATURES")
+# "An AVX2-only machine, as far as one machine can play it": every library capped at AVX2 by the
+# bake's own portable pins (engine/startup.py, read from the bake, so that the two cannot part),
+# less MKL_CBWR, which fixes MKL's code path for reproducibility rather than capping it.
+NOT_A_CAP = "MKL_CBWR"
 
 
 def bake(scratch: Path) -> Path:
@@ -59,10 +60,22 @@ def bake(scratch: Path) -> Path:
     return scratch / PACKAGE
 
 
+@functools.cache
+def kernel_pins(project: Path) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The bake's CPU_KERNEL_VARIABLES and PORTABLE_CPU_KERNELS, from its engine/startup.py."""
+    code = (f"import json; from {PACKAGE}.engine.startup import CPU_KERNEL_VARIABLES as v, PORTABLE_CPU_KERNELS as p; "
+            "print(json.dumps([list(v), p]))")
+    found = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(project / "src")})
+    variables, pins = json.loads(found.stdout)
+    return tuple(variables), pins
+
+
 def train(project: Path, out: Path, shell: dict[str, str], *flags: str) -> dict:
     """One fresh training process from a shell with `shell`'s variables (and no other kernel
     variable); its summary.json."""
-    env = {key: value for key, value in os.environ.items() if key not in KERNEL_VARIABLES}
+    variables, _ = kernel_pins(project)
+    env = {key: value for key, value in os.environ.items() if key not in variables}
     env.update(shell, PYTHONPATH=str(project / "src"))
     subprocess.run([sys.executable, "-m", f"{PACKAGE}.train", "--device", "cpu", "--out", str(out), *flags],
                    check=True, capture_output=True, env=env, cwd=project)
@@ -74,7 +87,9 @@ def hashes(project: Path, scratch: Path) -> dict:
     for number, (name, shell) in enumerate(SHELLS.items()):
         table[name] = {mode: train(project, scratch / f"h{number}-{mode}", shell, "--seed", "1", "--epochs", "1",
                                    "--cpu-kernels", mode)["weights_sha256"] for mode in ("native", "portable")}
-    avx2 = train(project, scratch / "avx2-machine", AVX2_MACHINE, "--seed", "1", "--epochs", "1")
+    _, pins = kernel_pins(project)
+    avx2_machine = {name: value for name, value in pins.items() if name != NOT_A_CAP}
+    avx2 = train(project, scratch / "avx2-machine", avx2_machine, "--seed", "1", "--epochs", "1")
     return {"by_shell": table, "native_on_a_simulated_avx2_machine": avx2["weights_sha256"]}
 
 
@@ -90,6 +105,13 @@ def speed(project: Path, scratch: Path, repeats: int, *flags: str) -> dict:
     return {"ratio": statistics.median(ratios), "train_seconds": seconds}
 
 
+def cpuinfo(field: str) -> str | None:
+    """A field of /proc/cpuinfo's first processor (Linux), or None."""
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.exists() else []
+    return next((line.split(":", 1)[1].strip() for line in lines if line.split(":")[0].strip() == field), None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="pairs of timed runs per workload (default: 5)")
@@ -100,10 +122,9 @@ def main() -> None:
         results = {"hashes": hashes(project, Path(scratch)),
                    "portable_vs_native": speed(project, Path(scratch), args.repeats),
                    "portable_vs_native_width64": speed(project, Path(scratch), args.repeats, "--width", "64")}
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else None
     results["machine"] = {"date": datetime.date.today().isoformat(), "platform": platform.platform(),
-                          "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+                          "cpu_vendor": cpuinfo("vendor_id"), "cpu": cpuinfo("model name") or platform.processor(),
+                          "cores": os.cpu_count(), "python": platform.python_version(), "numpy": numpy.__version__,
                           "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                           "repeats": args.repeats}
     text = json.dumps(results, indent=1)

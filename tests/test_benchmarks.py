@@ -96,6 +96,17 @@ def test_the_readme_quotes_the_committed_results():
     assert f"run on {results['machine']['date'][:10]}" in " ".join(section.split())
 
 
+def test_the_readme_names_the_cpu_and_the_date_of_the_portable_record():
+    """The portable table's bits are one CPU's: the README names the vendor and model, the NumPy
+    and the date that results-portable.json records, so a run on another machine cannot be
+    committed under this one's name."""
+    machine = json.loads((ROOT / "benchmarks" / "results-portable.json").read_text(encoding="utf-8"))["machine"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    paragraph = " ".join(readme.split("python benchmarks/portable.py --json")[1].split("\n\n")[0].split())
+    for fact in (f"run on {machine['date']}", machine["cpu_vendor"], machine["cpu"], f"NumPy {machine['numpy']}"):
+        assert fact in paragraph, fact
+
+
 @pytest.mark.parametrize("language", ["en", "zh"])
 def test_the_generated_readmes_quote_the_committed_results_for_the_cost_of_keyed_randomness(language):
     """The knob table of each generated reproducibility guide (docs/reproducibility.md) says what
