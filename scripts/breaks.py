@@ -4,6 +4,8 @@
     python scripts/breaks.py patches --check  # exit 1, naming them, if a committed patch is not the one it gives
     python scripts/breaks.py kill-ratio       # each mutation against whole tiers of the generated suite
     python scripts/breaks.py kill-ratio --only NAME,NAME   # those again (new ones), the rest kept
+    python scripts/breaks.py kill-ratio --set independent  # the independent round's breaks, written from the docs
+    python scripts/breaks.py kill-ratio --set independent --resume   # those it has no result for yet
 
 A break replaces one piece of text inside one function (or method, `Class.method`) of one file of
 the package: the text must be there exactly once, so that a change to the code that moves or
@@ -20,10 +22,12 @@ import difflib
 import json
 import os
 import platform
+import queue
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +50,7 @@ class Break:
     function: str  # "name" or "Class.method"
     replace: str
     with_: str
-    caught_by: str  # a test id, tests/test_x.py::test_y
+    caught_by: str  # a test id, tests/test_x.py::test_y ("" in the independent round: its writers read no test)
     gpu_only: bool = False
     why: str = ""  # for the mutation suite: what a contributor might have meant by it
     scope: str | None = None  # the project size whose code it breaks; None: a file both sizes share
@@ -56,7 +60,7 @@ def load(kind: str) -> list[Break]:
     """The breaks of breaks/<kind>.toml, in order."""
     entries = tomllib.loads((BREAKS / f"{kind}.toml").read_text(encoding="utf-8"))["break"]
     return [Break(name=e["name"], file=e["file"], function=e["function"], replace=e["replace"], with_=e["with"],
-                  caught_by=e["caught_by"], gpu_only=e.get("gpu_only", False), why=e.get("why", ""),
+                  caught_by=e.get("caught_by", ""), gpu_only=e.get("gpu_only", False), why=e.get("why", ""),
                   scope=e.get("scope")) for e in entries]
 
 
@@ -162,60 +166,115 @@ def patches(check: bool) -> int:
 
 
 TIERS = {"plain": [], "distributed": ["-m", "distributed"], "slow": ["-m", "slow"]}
+SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.json"}
 
 
-def killed_by(project: Path, brk: Break, tier: list[str]) -> bool:
-    """Whether the tier's suite fails with `brk` applied. First the break's own test, with the
-    tier's markers (so a test the tier leaves out is left out): if it fails, the tier fails, at
-    the cost of that one test. Otherwise the whole tier, stopping at its first failure."""
+def nearby_tests(project: Path, brk: Break) -> list[str]:
+    """The test files that name the function a break changes (for a break that names no test of its
+    own, as the independent round's do): a cheap first try before the whole tier."""
+    word = brk.function.split(".")[-1]
+    return sorted(f"tests/{path.name}" for path in (project / "tests").glob("test_*.py")
+                  if word in path.read_text(encoding="utf-8"))
+
+
+def first_failure(output: str) -> str:
+    """The id of the first test pytest's summary names as failed (or in error)."""
+    for line in output.splitlines():
+        if line.startswith(("FAILED ", "ERROR ")):
+            return line.split(" ", 1)[1].split(" - ", 1)[0]
+    return "?"
+
+
+def killed_by(project: Path, brk: Break, tier: list[str]) -> str | None:
+    """The test that fails first in the tier's suite with `brk` applied, or None if the tier passes.
+    First the break's own test (or, if it names none, the test files that name its function), with
+    the tier's markers (so a test the tier leaves out is left out): if it fails, the tier fails, at
+    the cost of those tests. Otherwise the whole tier, stopping at its first failure."""
     path, original = apply(project, brk)
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tier]
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rfE", *tier]
+    first = [brk.caught_by] if brk.caught_by else nearby_tests(project, brk)
     try:
-        own = subprocess.run([*command, brk.caught_by], cwd=project, capture_output=True, text=True, timeout=3600)
-        if own.returncode == 1:  # 1: tests failed (5 would be: the tier does not hold the test)
-            return True
+        if first:
+            own = subprocess.run([*command, *first], cwd=project, capture_output=True, text=True, timeout=3600)
+            if own.returncode == 1:  # 1: tests failed (5 would be: the tier does not hold the test)
+                return first_failure(own.stdout)
         result = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=3600)
     finally:
         path.write_text(original, encoding="utf-8")
-    return result.returncode != 0
+    return first_failure(result.stdout) if result.returncode != 0 else None
 
 
-def kill_ratio(output: Path, only: list[str]) -> int:
-    """Every mutation (or those named in `only`, the others kept from `output`) against the plain
-    tier, and the survivors against the other two; a JSON record of who caught what, and the
-    ratios, into `output`. The unbroken project must pass the plain tier first: else every break
-    would count as caught."""
-    mutations = load("mutations")
+def kill_ratio(kind: str, output: Path, only: list[str], jobs: int, resume: bool, tiers: list[str]) -> int:
+    """Every break of breaks/`kind`.toml (or those named in `only`, the others kept from `output`;
+    with `resume`, those `output` has no result for) against the plain tier, and the survivors
+    against the other two; a JSON record of who caught what, and the ratios, into `output`, written
+    again after each break (so that a long round can be stopped and resumed). The unbroken project
+    must pass the plain tier first: else every break would count as caught. `jobs` breaks run at a
+    time, each in a bake of its own; `tiers`, the tiers tried (all three, unless a round must be
+    cut short: then a survivor of them all is recorded as caught by none, and the record says
+    which it tried)."""
+    mutations = load(kind)
     names = [brk.name for brk in mutations]
     unknown = sorted(set(only) - set(names))
     if unknown:
-        print(f"error: no such break in breaks/mutations.toml: {', '.join(unknown)}", file=sys.stderr)
+        print(f"error: no such break in breaks/{kind}.toml: {', '.join(unknown)}", file=sys.stderr)
         return 2
-    earlier = json.loads(output.read_text(encoding="utf-8"))["caught"] if only and output.exists() else {}
+    earlier = json.loads(output.read_text(encoding="utf-8")) if (only or resume) and output.exists() else {}
+    command = "python scripts/breaks.py kill-ratio" + ("" if kind == "mutations" else f" --set {kind}")
     record = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-              "command": "python scripts/breaks.py kill-ratio", "caught": {}}
+              "command": command, "tiers": tiers, "caught": {}, "first_failure": {}}
+    if earlier and earlier.get("tiers", list(TIERS)) != tiers:
+        print(f"error: {output} tried the tiers {earlier.get('tiers')}, not {tiers}", file=sys.stderr)
+        return 2
+    for brk in mutations:
+        if (only and brk.name not in only) or (resume and brk.name in earlier.get("caught", {})):
+            if brk.name not in earlier.get("caught", {}):
+                print(f"error: {output} has no result for {brk.name}; run it too", file=sys.stderr)
+                return 2
+            record["caught"][brk.name] = earlier["caught"][brk.name]
+            record["first_failure"][brk.name] = earlier.get("first_failure", {}).get(brk.name)
+    todo = [brk for brk in mutations if brk.name not in record["caught"]]
+
+    def write() -> None:
+        done = [name for name in names if name in record["caught"]]
+        record["caught"] = {name: record["caught"][name] for name in done}
+        record["first_failure"] = {name: record["first_failure"][name] for name in done}
+        caught = record["caught"].values()
+        record["plain"] = f"{sum(c == 'plain' for c in caught)}/{len(done)}"
+        record["all_tiers"] = f"{sum(c is not None for c in caught)}/{len(done)}"
+        record["tried"] = f"{len(done)} of {len(names)}"
+        output.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
     with tempfile.TemporaryDirectory() as scratch:
-        project = bake(Path(scratch))
+        projects = queue.Queue()
+        for copy in range(max(1, min(jobs, len(todo)))):
+            projects.put(bake(Path(scratch) / str(copy)))
+        project = projects.get()
         unbroken = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"],
                                   cwd=project, capture_output=True, text=True, timeout=3600)
+        projects.put(project)
         if unbroken.returncode != 0:
             print(f"error: the unbroken project fails its plain tier:\n{unbroken.stdout[-3000:]}", file=sys.stderr)
             return 1
-        for brk in mutations:
-            if only and brk.name not in only:
-                if brk.name not in earlier:
-                    print(f"error: {output} has no result for {brk.name}; run it too", file=sys.stderr)
-                    return 2
-                record["caught"][brk.name] = earlier[brk.name]
-                continue
-            caught = next((name for name, tier in TIERS.items() if killed_by(project, brk, tier)), None)
-            record["caught"][brk.name] = caught
-            print(f"{brk.name}: {caught or 'SURVIVED'}", flush=True)
-    caught = record["caught"].values()
-    record["plain"] = f"{sum(c == 'plain' for c in caught)}/{len(mutations)}"
-    record["all_tiers"] = f"{sum(c is not None for c in caught)}/{len(mutations)}"
-    output.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    print(f"plain pytest: {record['plain']}; all tiers: {record['all_tiers']} -> {output}")
+
+        def run(brk: Break) -> tuple[str | None, str | None]:
+            project = projects.get()
+            try:
+                for tier in tiers:
+                    test = killed_by(project, brk, TIERS[tier])
+                    if test is not None:
+                        return tier, test
+                return None, None
+            finally:
+                projects.put(project)
+
+        with ThreadPoolExecutor(max_workers=projects.qsize()) as pool:
+            for brk, (tier, test) in zip(todo, pool.map(run, todo), strict=True):
+                record["caught"][brk.name], record["first_failure"][brk.name] = tier, test
+                print(f"{brk.name}: {tier or 'SURVIVED'} {test or ''}", flush=True)
+                write()
+    write()
+    print(f"plain pytest: {record['plain']}; all tiers: {record['all_tiers']} ({record['tried']}) -> {output}")
     return 0
 
 
@@ -223,13 +282,27 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["patches", "kill-ratio"])
     parser.add_argument("--check", action="store_true", help="patches: only compare; change nothing")
-    parser.add_argument("--out", type=Path, default=BREAKS / "kill-ratio.json", help="kill-ratio: the record")
+    parser.add_argument("--set", default="mutations", choices=list(SETS), help="kill-ratio: which breaks: "
+                        "the mutation suite, or the independent round written from the docs alone")
+    parser.add_argument("--out", type=Path, help="kill-ratio: the record (default: breaks/kill-ratio.json, or "
+                        "breaks/kill-ratio-independent.json for --set independent)")
+    parser.add_argument("--tiers", default=",".join(TIERS), help="kill-ratio: the tiers to try, in order "
+                        "(comma-separated; default: all three)")
+    parser.add_argument("--resume", action="store_true", help="kill-ratio: only the breaks --out has no "
+                        "result for (a round stopped part-way goes on)")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="kill-ratio: breaks tried at a time, each in a bake of its own")
     parser.add_argument("--only", default="", help="kill-ratio: these breaks (comma-separated) run again, the "
                         "others' results kept from --out")
     args = parser.parse_args()
     if args.command == "patches":
         return patches(args.check)
-    return kill_ratio(args.out, [name for name in args.only.split(",") if name])
+    output = args.out or BREAKS / SETS[args.set]
+    tiers = [tier for tier in args.tiers.split(",") if tier]
+    if not tiers or set(tiers) - set(TIERS):
+        parser.error(f"--tiers takes some of {', '.join(TIERS)}, not {args.tiers!r}")
+    return kill_ratio(args.set, output, [name for name in args.only.split(",") if name], args.jobs, args.resume,
+                      tiers)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,11 @@ import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 import pytest
 from conftest import ROOT, TEMPLATE_DIR, load, post_gen
 
@@ -289,3 +294,58 @@ def test_the_readme_quotes_the_committed_kill_ratio_of_the_mutation_suite_as_it_
     assert f"**{plain} of {total}** caught by plain `pytest`" in text
     assert f"**{record['all_tiers'].split('/')[0]} of {total}** by all tiers" in text
     assert f"run on {record['date']}" in text
+
+
+mutate = load("mutate", ROOT / "scripts" / "mutate.py")
+
+
+def test_the_mutation_tools_record_is_of_modules_the_project_still_has_each_survivor_written_down():
+    """breaks/mutmut.json (`python scripts/mutate.py`) covers modules of scripts/mutate.py's list,
+    each still a module of the generated package, with counts that add up; every mutant it says
+    survived has its verdict in breaks/mutants.toml (equivalent, with why; or the test that now
+    kills it); and the template README quotes the record's score and dates."""
+    record = json.loads((ROOT / "breaks" / "mutmut.json").read_text(encoding="utf-8"))
+    package = TEMPLATE_DIR / "src" / "{{cookiecutter.project_slug}}"
+    assert record["modules"] and set(record["modules"]) <= set(mutate.MODULES)
+    for module, result in record["modules"].items():
+        assert (package / module).is_file(), f"{module} is no longer in the project: run python scripts/mutate.py"
+        counts = {status: n for status, n in result.items() if status not in ("date", "minutes", "mutants")}
+        assert sum(counts.values()) == result["mutants"] > 0
+    assert set(record["survivors"].values()) <= set(record["modules"])
+    verdicts = tomllib.loads((ROOT / "breaks" / "mutants.toml").read_text(encoding="utf-8"))["mutant"]
+    unexplained = sorted(set(record["survivors"]) - set(verdicts))
+    assert not unexplained, f"survivors with no verdict in breaks/mutants.toml: {unexplained}"
+    for name, verdict in verdicts.items():
+        assert verdict["verdict"] in ("equivalent", "killed by"), name
+        assert verdict["why"].strip(), name
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("### The mutation tool")[1].split("\n## ")[0]
+    text = " ".join(section.split())
+    killed, total = record["killed"].split("/")
+    assert f"**{killed} of {total}** mutants killed" in text
+    for module, result in record["modules"].items():
+        assert f"`{module}`" in text and result["date"] in text, module
+
+
+def test_the_readme_quotes_the_independent_rounds_record_as_it_is():
+    """breaks/kill-ratio-independent.json (`python scripts/breaks.py kill-ratio --set independent`)
+    holds results only for breaks of breaks/independent.toml, in its order, with ratios that add up,
+    and the template README quotes them and the date; each break it says survived is in the
+    mutation suite now, with the test written for it."""
+    record = json.loads((ROOT / "breaks" / "kill-ratio-independent.json").read_text(encoding="utf-8"))
+    names = [brk.name for brk in breaks.load("independent")]
+    assert list(record["caught"]) == [name for name in names if name in record["caught"]]
+    caught = list(record["caught"].values())
+    assert record["plain"] == f"{caught.count('plain')}/{len(caught)}"
+    assert record["all_tiers"] == f"{sum(tier is not None for tier in caught)}/{len(caught)}"
+    assert record["tried"] == f"{len(caught)} of {len(names)}"
+    suite = {(brk.file, brk.function, brk.replace, brk.with_) for brk in breaks.load("mutations")}
+    survivors = [brk for brk in breaks.load("independent") if brk.name in record["caught"]
+                 and record["caught"][brk.name] != "plain"]
+    missing = [brk.name for brk in survivors if (brk.file, brk.function, brk.replace, brk.with_) not in suite]
+    assert not missing, f"survivors of the independent round not yet in breaks/mutations.toml: {missing}"
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("### The independent round")[1].split("\n## ")[0]
+    text = " ".join(section.split())
+    plain, tried = record["plain"].split("/")
+    assert f"**{plain} of {tried}** caught by plain `pytest`" in text
+    assert f"**{record['all_tiers'].split('/')[0]} of {tried}** by all tiers" in text
+    assert f"{record['tried']} breaks" in text and f"on {record['date']}" in text

@@ -76,9 +76,13 @@ def test_a_dataset_error_names_the_sample_and_the_original_error():
         KeyedRandomness(Broken(), seed=SEED, stream=Stream.VAL_SAMPLE)[(0, 3)]
 
 
-def test_validation_keeps_the_datasets_order_and_every_sample_once():
-    sampler = EpochSampler(103, SEED, shuffle=False, world_size=1, pad=False)
-    assert [index for _, index in sampler] == list(range(103))
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_validation_keeps_the_datasets_order_and_every_sample_once(world_size):
+    """Unpadded, whatever the number of ranks: a validation sample counted twice would bias its figures."""
+    shards = [[index for _, index in EpochSampler(103, SEED, shuffle=False, rank=rank, world_size=world_size,
+                                                  pad=False)] for rank in range(world_size)]
+    assert sorted(index for shard in shards for index in shard) == list(range(103))
+    assert shards[0] == list(range(0, 103, world_size))  # the dataset's order, dealt out in turn
 
 
 def test_the_sampler_can_start_mid_epoch_at_the_same_place():

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from {{ cookiecutter.project_slug }}.utils.repro import (
+    DETERMINISM_MODES,
     MAX_SEED,
     PYTORCH_DEFAULT_FLOAT32,
     configure_determinism,
@@ -94,6 +95,15 @@ def test_off_leaves_pytorchs_defaults():
     configure_determinism("off")
     flags = determinism_flags()
     assert not flags["deterministic_algorithms"] and not flags["cudnn_deterministic"]
+
+
+@pytest.mark.parametrize("mode", DETERMINISM_MODES)
+def test_every_mode_turns_cudnn_benchmarking_off_even_after_a_script_turned_it_on(mode):
+    # Benchmarking picks each convolution's algorithm by timing, so it can differ between runs;
+    # off means PyTorch's defaults, and PyTorch's default is off too.
+    torch.backends.cudnn.benchmark = True  # as a snippet copied from a blog post may have left it
+    configure_determinism(mode)
+    assert determinism_flags()["cudnn_benchmark"] is False
 
 
 def test_an_unknown_mode_is_refused():

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from {{ cookiecutter.project_slug }} import compare, study, task
-from {{ cookiecutter.project_slug }}.engine.statistics import statistics_of
+from {{ cookiecutter.project_slug }}.engine.statistics import statistics_of, t_975
 
 from conftest import BATCH, PACKAGE, SAMPLES, once, read_run, start, value_of, wait_until
 
@@ -112,6 +112,22 @@ def test_the_confidence_interval_is_students_t():
     half = 2.776 * math.sqrt(2.5) / math.sqrt(5)  # t(0.975, 4 degrees of freedom) = 2.776
     assert stats["ci95"] == pytest.approx([3.0 - half, 3.0 + half])
     assert statistics_of([1.0])["ci95"] is None
+
+
+def test_one_seed_has_a_mean_and_no_spread_and_two_seeds_have_both():
+    assert statistics_of([0.25]) == {"mean": 0.25, "std": None, "ci95": None}
+    two = statistics_of([1.0, 3.0])  # the smallest study with a spread: one degree of freedom
+    half = 12.706 * math.sqrt(2.0) / math.sqrt(2)
+    assert two["mean"] == 2.0 and two["std"] == pytest.approx(math.sqrt(2.0))
+    assert two["ci95"] == pytest.approx([2.0 - half, 2.0 + half])
+
+
+@pytest.mark.parametrize(("degrees", "t"), [(1, 12.706), (2, 4.303), (30, 2.042), (31, 2.042), (39, 2.042),
+                                            (40, 2.021), (59, 2.021), (60, 2.000), (120, 1.980), (121, 1.960),
+                                            (10_000, 1.960)])
+def test_students_t_is_the_tables_row_at_or_below_the_degrees_and_the_normal_value_beyond_120(degrees, t):
+    # Between two rows of the table the lower one is taken: a wider interval, never an overclaim.
+    assert t_975(degrees) == t
 
 
 def without_timings(study_json: dict) -> dict:

@@ -125,3 +125,26 @@ def test_the_draws_check_passes_an_honest_declaration_and_leaves_the_generators_
     check_declared_draws(honest, val_set)  # tries random and torch on its samples: they change nothing
     after = random.getstate(), np.random.get_state()[1].tolist(), torch.get_rng_state()
     assert after[:2] == before[:2] and torch.equal(after[2], before[2])
+
+
+def test_two_samples_are_the_same_only_when_every_part_is_equal_bit_for_bit():
+    """The draws check calls a declaration honest when a generator it leaves out changes no sample:
+    its comparison must see every kind of difference a sample can hold."""
+    import numpy as np
+
+    from {{ cookiecutter.project_slug }}.engine.contract import same
+
+    t, a = torch.tensor([1.0, 2.0]), np.array([1.0, 2.0])
+    sample = {"image": t, "array": a, "parts": [1, (2.5, "x")], "label": 3}
+    assert same(sample, {"image": t.clone(), "array": a.copy(), "parts": [1, (2.5, "x")], "label": 3})
+    assert same(object(), object())  # no equality of its own: the check cannot see in
+    differs = [
+        (t, torch.tensor([1.0, 2.5])), (t, t.double()), (t, t.reshape(2, 1)), (t, a),
+        (torch.tensor([0.0]), torch.tensor([-0.0])),  # equal as numbers, not bit for bit
+        (a, np.array([1.0, 2.5])), (a, a.astype(np.float32)), (a, a.reshape(2, 1)), (a, t),
+        ([1, 2], [1, 3]), ([1, 2], [1, 2, 3]), ([1, 2], (1, 2)), ((1, [t]), (1, [t + 1])),
+        ({"x": 1}, {"x": 2}), ({"x": 1}, {"y": 1}), ({"x": 1}, [1]), ({"x": t}, {"x": t + 1}),
+        (3, 4), ("x", "y"),
+    ]
+    for left, right in differs:
+        assert not same(left, right) and not same(right, left), (left, right)

@@ -1,0 +1,217 @@
+"""A real mutation tool (mutmut) over the generated modules that need no training to test.
+
+    python scripts/mutate.py           # bakes the research project, runs mutmut, writes breaks/mutmut.json
+    python scripts/mutate.py --keep D  # the same, in folder D, kept afterwards (`mutmut show NAME` there)
+    python scripts/mutate.py --only engine/optim.py,engine/statistics.py   # those modules; the others' results kept
+
+The hand-written mutation suite (breaks/mutations.toml) holds the breaks its authors thought of;
+mutmut makes every small change it knows to each line (an operator, a constant, a comparison, an
+argument left out) and runs the tests that reach the changed function against each. A mutant the
+tests do not notice is a test missing, or a change that alters nothing (an equivalent mutant):
+breaks/equivalent-mutants.toml says which, and why, for each one it names.
+
+It is a maintainer's task, not part of CI (its time is in the record). The tests it uses are
+the plain tier's tests that run in the test's own process: a test that trains in a child process
+runs code mutmut did not mutate, so it is left out (and the six-run fixture with it), and so is a
+test that compares runs (a mutant there is caught, or not, by the whole suite: kill-ratio).
+tests/test_exercises.py checks that the committed record names the modules below, each still a
+module of the project.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = ROOT / "breaks" / "mutmut.json"
+MUTMUT = "mutmut==3.8.1"
+
+# The pure modules (issue 31): keys and seeds, the loader's sampler, the optimizer's groups and
+# schedules, the statistics, the run folder's readers and writers, the environment's differences,
+# the task's contract checks, the config's parsing.
+MODULES = (
+    "utils/repro.py",
+    "utils/data.py",
+    "engine/optim.py",
+    "engine/statistics.py",
+    "engine/run_folder.py",
+    "engine/environment.py",
+    "engine/contract.py",
+    "config.py",
+)
+
+# Appended to the scratch bake's tests/conftest.py: leaves out the tests that need the six runs of
+# the session fixture (each mutant runs in a fresh process, which would train them again) and
+# those that start a training child.
+SELECT = '''
+
+# ---- added by scripts/mutate.py, in its scratch bake only ----
+import inspect as _inspect
+import os as _os
+import re as _re
+import subprocess as _subprocess
+
+_popen_init = _subprocess.Popen.__init__
+
+
+def _popen_init_outside_the_stats_run(self, *args, env=None, **kwargs):
+    # While mutmut records which tests reach which function, a child (the package's own commands
+    # start training children) runs the code unmutated and records nothing: mutmut's record of a
+    # call walks the stack to the test, which a child's stack never reaches. While it tries a
+    # mutant, a child runs that mutant too.
+    if _os.environ.get("MUTANT_UNDER_TEST") == "stats":
+        env = {**(_os.environ if env is None else env), "MUTANT_UNDER_TEST": ""}
+    _popen_init(self, *args, env=env, **kwargs)
+
+
+_subprocess.Popen.__init__ = _popen_init_outside_the_stats_run
+
+_CHILD = _re.compile(r"\\bsubprocess\\.|\\bPopen\\b|\\btorchrun\\b")
+
+
+def _codes(code):
+    yield code
+    for constant in code.co_consts:  # the lambdas and functions defined inside
+        if _inspect.iscode(constant):
+            yield from _codes(constant)
+
+
+def _starts_a_child(function, seen) -> bool:
+    """Whether `function`, or a function of the test files that it calls (by name, transitively),
+    starts a process."""
+    if not _inspect.isfunction(function) or function in seen or "/tests/" not in function.__code__.co_filename:
+        return False
+    seen.add(function)
+    if _CHILD.search(_inspect.getsource(function)):
+        return True
+    names = {name for code in _codes(function.__code__) for name in code.co_names}
+    return any(_starts_a_child(function.__globals__.get(name), seen) for name in names)
+
+
+def pytest_collection_modifyitems(config, items):
+    keep, drop = [], []
+    for item in items:
+        functions = [getattr(item, "function", None)]
+        for definitions in getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).values():
+            functions += [definition.func for definition in definitions]
+        starts_a_child = any(_starts_a_child(function, set()) for function in functions)
+        needs_runs = {"runs", "all_runs"} & set(getattr(item, "fixturenames", ()))
+        (drop if needs_runs or starts_a_child else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+    items[:] = keep
+'''
+
+
+def bake(folder: Path) -> Path:
+    from cookiecutter.main import cookiecutter
+
+    return Path(cookiecutter(str(ROOT), no_input=True, output_dir=str(folder),
+                             extra_context={"project_name": "my_project", "init_git": False, "scope": "research"}))
+
+
+def configure(project: Path, modules: list[str]) -> None:
+    """mutmut's settings in the bake's pyproject.toml, and the test selection in its conftest."""
+    package = project.name
+    only = ", ".join(json.dumps(f"src/{package}/{module}") for module in modules)
+    # mutmut runs the tests in a copy (mutants/) that holds src/ and tests/: the rest too, since
+    # some tests read the README and the docs.
+    others = ", ".join(json.dumps(path.name) for path in sorted(project.iterdir())
+                       if path.name not in ("src", "tests", "pyproject.toml"))
+    with (project / "pyproject.toml").open("a", encoding="utf-8") as file:
+        file.write(f'''
+[tool.mutmut]
+source_paths = ["src"]
+only_mutate = [{only}]
+also_copy = [{others}]
+pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]
+pytest_add_cli_args_test_selection = ["tests"]
+# A mutant is tried against the tests that call its function within four calls of the package's
+# own code: its unit tests, not every test whose run passes through it (a step reaches most).
+max_stack_depth = 4
+# torch is not fork-safe once it has run: each mutant's process is forked from a clean server.
+process_isolation = "forkserver"
+''')
+    with (project / "tests" / "conftest.py").open("a", encoding="utf-8") as file:
+        file.write(SELECT)
+
+
+def results(project: Path) -> dict[str, str]:
+    """mutant name -> status, as `mutmut results --all true` prints them."""
+    out = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=project,
+                         capture_output=True, text=True, check=True).stdout
+    statuses = {}
+    for line in out.splitlines():
+        name, _, status = line.strip().rpartition(": ")
+        if name:
+            statuses[name] = status
+    return statuses
+
+
+def module_of(mutant: str, package: str) -> str:
+    """'my_project.engine.optim.x_make_optimizer__mutmut_5' -> 'engine/optim.py'."""
+    dotted = mutant.split(".x_")[0].split(".xǁ")[0]
+    return dotted.removeprefix(package + ".").replace(".", "/") + ".py"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", type=Path, help="bake into this folder and keep it")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--only", default="", help="these modules (comma-separated), the others' results kept")
+    args = parser.parse_args()
+    chosen = [module for module in args.only.split(",") if module] or list(MODULES)
+    unknown = sorted(set(chosen) - set(MODULES))
+    if unknown:
+        print(f"error: not a module this script mutates: {', '.join(unknown)} (see MODULES)", file=sys.stderr)
+        return 2
+    earlier = json.loads(RECORD.read_text(encoding="utf-8")) if args.only and RECORD.exists() else {}
+    try:
+        import mutmut
+    except ModuleNotFoundError:
+        print(f"error: mutmut is not installed: pip install {MUTMUT}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = args.keep or Path(scratch)
+        folder.mkdir(parents=True, exist_ok=True)
+        project = bake(folder)
+        configure(project, chosen)
+        started = time.monotonic()
+        run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.jobs)],
+                             cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if run.returncode != 0:
+            print(f"error: mutmut run failed:\n{run.stdout[-3000:]}", file=sys.stderr)
+            return 1
+        statuses = results(project)
+        minutes = round((time.monotonic() - started) / 60, 1)
+    modules = {module: result for module, result in earlier.get("modules", {}).items() if module not in chosen}
+    survivors = {name: module for name, module in earlier.get("survivors", {}).items() if module not in chosen}
+    for module in chosen:
+        mine = {name: status for name, status in statuses.items() if module_of(name, project.name) == module}
+        counts = [*mine.values()]
+        modules[module] = {"date": time.strftime("%Y-%m-%d"), "minutes": minutes, "mutants": len(mine),
+                           **{status: counts.count(status) for status in sorted(set(counts))}}
+        survivors.update({name: module for name, status in mine.items() if status != "killed"})
+    record = {
+        "tool": f"mutmut {mutmut.__version__}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "command": "python scripts/mutate.py",
+        "modules": {module: modules[module] for module in MODULES if module in modules},
+        "killed": f"{sum(m.get('killed', 0) for m in modules.values())}/{sum(m['mutants'] for m in modules.values())}",
+        "survivors": dict(sorted(survivors.items())),
+    }
+    RECORD.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"killed {record['killed']} -> {RECORD.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
