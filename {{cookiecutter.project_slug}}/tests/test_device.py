@@ -28,11 +28,12 @@ def test_auto_takes_the_cpu_when_there_is_no_accelerator(no_accelerator):
     assert select_device("auto") == torch.device("cpu")
 
 
-def test_auto_prefers_cuda_then_mps(two_gpus, monkeypatch):
-    assert select_device("auto") == torch.device("cuda", 0)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
-    assert select_device("auto") == torch.device("mps")
+@pytest.mark.parametrize(("cuda", "mps", "expected"),
+                         [(True, True, "cuda:0"), (True, False, "cuda:0"), (False, True, "mps"), (False, False, "cpu")])
+def test_auto_prefers_cuda_then_mps(two_gpus, monkeypatch, cuda, mps, expected):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+    assert select_device("auto") == torch.device(expected)
 
 
 @pytest.mark.parametrize(
@@ -64,11 +65,12 @@ def test_malformed_requests_are_refused(no_accelerator, spec):
         select_device(spec)
 
 
-def test_restricting_gpus_sets_the_variable_before_cuda_starts(monkeypatch):
+@pytest.mark.parametrize(("indices", "variable"), [([1, 3], "1,3"), ([0], "0"), ([2, 0], "2,0")])
+def test_restricting_gpus_sets_the_variable_before_cuda_starts(monkeypatch, indices, variable):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    restrict_visible_gpus([1, 3])
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1,3"
+    restrict_visible_gpus(indices)  # GPU 0 included: the first GPU is as valid a choice as any
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == variable
 
 
 def test_restricting_gpus_after_cuda_started_is_refused_not_ignored(monkeypatch):
@@ -86,3 +88,5 @@ def test_to_device_moves_every_tensor_of_a_nested_batch():
     assert isinstance(moved["pair"], Pair) and moved["pair"].image.device.type == "meta"
     assert moved["list"][0].device.type == "meta" and moved["list"][1][0].device.type == "meta"
     assert moved["list"][1][1] == "id" and moved["n"] == 3
+    # Each container keeps its type: a task's loss may unpack a tuple, or index a namedtuple by name.
+    assert type(moved["list"]) is list and type(moved["list"][1]) is tuple and type(moved) is dict

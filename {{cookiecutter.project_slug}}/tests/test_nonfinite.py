@@ -132,3 +132,14 @@ def test_a_study_counts_a_seed_whose_run_stopped_non_finite_as_failed(tmp_path, 
     log = (tmp_path / "study" / "logs" / "seed-0.log").read_text()
     assert f"stopped at step {POISONED_STEP}" in log and "not finite" in log  # and not for another reason
     assert not (tmp_path / "study" / "seed-0" / "summary.json").exists()  # the run stopped at the NaN
+
+
+@pytest.mark.parametrize("loss", [1.0, math.inf, math.nan])
+@pytest.mark.parametrize("gradient", [None, 0.5, math.inf, math.nan])
+def test_a_step_is_finite_only_when_its_loss_and_every_gradient_are(loss, gradient):
+    """An infinite loss with finite gradients (a constant that overflowed) stops the run too."""
+    from {{ cookiecutter.project_slug }}.engine.loop import finite_step
+
+    gradients = None if gradient is None else [torch.ones(3), torch.tensor([1.0, gradient])]
+    expected = math.isfinite(loss) and (gradient is None or math.isfinite(gradient))
+    assert bool(finite_step(torch.tensor(loss), gradients)) is expected

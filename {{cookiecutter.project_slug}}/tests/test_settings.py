@@ -337,6 +337,12 @@ def test_the_cosine_schedule_is_nanogpts_get_lr_to_min_lr_at_the_decay_step_or_t
     assert all(rate == pytest.approx(min_lr, abs=1e-15) for rate in rates[end:])  # reached, then kept
 
 
+def test_a_cosine_whose_warm_up_takes_every_step_but_the_last_ends_there_at_min_lr():
+    # The cosine then has no step to decay over: its last step is its end, never a division by zero.
+    assert learning_rates(5, schedule="cosine", warmup_steps=4, min_lr=0.01) == pytest.approx(
+        [0.02, 0.04, 0.06, 0.08, 0.01])
+
+
 def test_one_cycle_starts_at_a_25th_of_the_peak_reaches_it_and_ends_at_a_25th_of_a_10000th():
     cycle = learning_rates(schedule="one-cycle")
     assert cycle[0] == pytest.approx(0.1 / 25) and max(cycle) == pytest.approx(0.1, rel=1e-3)
@@ -361,6 +367,27 @@ class TiedWithNorms(torch.nn.Module):
         self.hidden, self.batch_norm = torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)
         self.head = torch.nn.Linear(4, 5, bias=False)
         self.head.weight = self.embedding.weight
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+@pytest.mark.parametrize("decay_on", ["weights", "all"])
+def test_the_optimizer_is_the_one_named_with_each_of_its_settings_in_each_group(optimizer, decay_on):
+    from {{ cookiecutter.project_slug }}.engine.optim import make_optimizer
+
+    config = Config(optimizer=optimizer, lr=0.03, momentum=0.7, beta2=0.9, weight_decay=0.2, weight_decay_on=decay_on,
+                    schedule="constant", warmup_steps=0)
+    made, _ = make_optimizer(TiedWithNorms(), config, steps=10)
+    assert type(made) is {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[optimizer]
+    assert [group["weight_decay"] for group in made.param_groups] == ([0.2, 0.0] if decay_on == "weights" else [0.2])
+    for group in made.param_groups:
+        assert group["initial_lr"] == group["lr"] == 0.03  # the peak, that the schedule scales
+        if optimizer == "adamw":
+            assert group["betas"] == (0.7, 0.9)  # --momentum is AdamW's beta1
+        else:
+            assert group["momentum"] == 0.7
+    model = TiedWithNorms()  # a task's own groups: one that names no weight decay takes --weight-decay
+    own, _ = make_optimizer(model, config, steps=10, groups=[{"params": list(model.parameters())}])
+    assert own.param_groups[0]["weight_decay"] == 0.2
 
 
 def test_weight_decay_on_weights_exempts_biases_norms_and_embeddings_and_lists_a_tied_one_once():
