@@ -369,18 +369,21 @@ class TiedWithNorms(torch.nn.Module):
         self.head.weight = self.embedding.weight
 
 
+@pytest.mark.parametrize("schedule", ["constant", "one-cycle"])
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 @pytest.mark.parametrize("decay_on", ["weights", "all"])
-def test_the_optimizer_is_the_one_named_with_each_of_its_settings_in_each_group(optimizer, decay_on):
+def test_the_optimizer_is_the_one_named_with_each_of_its_settings_in_each_group(optimizer, decay_on, schedule):
     from {{ cookiecutter.project_slug }}.engine.optim import make_optimizer
 
     config = Config(optimizer=optimizer, lr=0.03, momentum=0.7, beta2=0.9, weight_decay=0.2, weight_decay_on=decay_on,
-                    schedule="constant", warmup_steps=0)
+                    schedule=schedule, warmup_steps=0)
     made, _ = make_optimizer(TiedWithNorms(), config, steps=10)
     assert type(made) is {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[optimizer]
     assert [group["weight_decay"] for group in made.param_groups] == ([0.2, 0.0] if decay_on == "weights" else [0.2])
     for group in made.param_groups:
-        assert group["initial_lr"] == group["lr"] == 0.03  # the peak, that the schedule scales
+        # The peak the schedule scales (one-cycle starts at a 25th of it); the momentum stays
+        # --momentum, under one-cycle too (which would cycle it by default).
+        assert group["initial_lr"] == (0.03 if schedule == "constant" else 0.03 / 25)
         if optimizer == "adamw":
             assert group["betas"] == (0.7, 0.9)  # --momentum is AdamW's beta1
         else:

@@ -224,3 +224,14 @@ def test_each_epoch_prints_its_mean_training_loss_and_the_validation_figures_whe
     assert all(f"val_{name} " in printed[0] for name in runs["seed7"].metric_names)
     never = runs["seed7_workers3_eval_never"].path.with_suffix(".out").read_text().splitlines()
     assert "train_loss" in never[0] and "val_loss" not in never[0]  # no evaluation after epoch 1
+
+
+def test_without_out_a_run_goes_to_runs_seed_n_for_the_seed_typed(tmp_path, monkeypatch):
+    """The README's default: two seeds typed without --out never write into one folder."""
+    from {{ cookiecutter.project_slug }} import DEFAULT_SEED
+
+    seed = (DEFAULT_SEED + 1) % 2**32  # not the default, whatever seed the project was baked with
+    monkeypatch.chdir(tmp_path)
+    assert main([*FAST, "--epochs", "1", "--seed", str(seed)]) == 0  # in this process
+    assert [path.name for path in (tmp_path / "runs").iterdir()] == [f"seed{seed}"]
+    assert (tmp_path / "runs" / f"seed{seed}" / "summary.json").is_file()
