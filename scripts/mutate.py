@@ -8,14 +8,18 @@ The hand-written mutation suite (breaks/mutations.toml) holds the breaks its aut
 mutmut makes every small change it knows to each line (an operator, a constant, a comparison, an
 argument left out) and runs the tests that reach the changed function against each. A mutant the
 tests do not notice is a test missing, or a change that alters nothing (an equivalent mutant):
-breaks/equivalent-mutants.toml says which, and why, for each one it names.
+breaks/mutants.toml gives each survivor its verdict, and why.
 
-It is a maintainer's task, not part of CI (its time is in the record). The tests it uses are
-the plain tier's tests that run in the test's own process: a test that trains in a child process
-runs code mutmut did not mutate, so it is left out (and the six-run fixture with it), and so is a
-test that compares runs (a mutant there is caught, or not, by the whole suite: kill-ratio).
-tests/test_exercises.py checks that the committed record names the modules below, each still a
-module of the project.
+It is a maintainer's task, not part of CI (its time is in the record). The tests it tries against
+a mutant are the plain tier's that call the mutated function within four calls of the package's
+own code (mutmut's max_stack_depth): its unit tests, not every training run that passes through
+it. A test that needs the six runs of the session fixture, or starts a process itself, is left
+out: each mutant runs in a fresh process, which would train them all again. (A run the package
+itself starts as a child, as study does, runs the mutant too; while mutmut records which tests
+reach which function, such a child runs the code unmutated.) Whether the whole suite catches a
+break is kill-ratio's question (scripts/breaks.py). tests/test_exercises.py checks that the
+committed record covers modules of the list below, each still a module of the project, and that
+each survivor it names has a verdict.
 """
 
 from __future__ import annotations
