@@ -117,8 +117,9 @@ def test_the_confidence_interval_is_students_t():
 def test_one_seed_has_a_mean_and_no_spread_and_two_seeds_have_both():
     assert statistics_of([0.25]) == {"mean": 0.25, "std": None, "ci95": None}
     two = statistics_of([1.0, 3.0])  # the smallest study with a spread: one degree of freedom
-    half = 12.706 * math.sqrt(2.0) / math.sqrt(2)
-    assert two["mean"] == 2.0 and two["std"] == pytest.approx(math.sqrt(2.0))
+    std, n = math.sqrt(2.0), 2  # sqrt(((1 - 2)**2 + (3 - 2)**2) / (n - 1))
+    half = 12.706 * std / math.sqrt(n)  # t(0.975, 1 degree of freedom) = 12.706
+    assert two["mean"] == 2.0 and two["std"] == pytest.approx(std)
     assert two["ci95"] == pytest.approx([2.0 - half, 2.0 + half])
 
 
