@@ -50,7 +50,7 @@ class Break:
     function: str  # "name" or "Class.method"
     replace: str
     with_: str
-    caught_by: str  # a test id, tests/test_x.py::test_y ("" in the independent round: its writers read no test)
+    caught_by: str  # a test id, tests/test_x.py::test_y; "" where none is named: the files naming the function go first
     gpu_only: bool = False
     why: str = ""  # for the mutation suite: what a contributor might have meant by it
     scope: str | None = None  # the project size whose code it breaks; None: a file both sizes share
