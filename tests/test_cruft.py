@@ -86,7 +86,7 @@ def test_cruft_creates_checks_diffs_and_updates_a_project_and_the_users_edit_sur
 def test_cruft_bakes_the_teaching_size_and_grows_it_into_the_research_size_keeping_the_task(tmp_path):
     """`cruft create` with scope=teaching makes cookiecutter's teaching project; `cruft update
     --variables-to-update '{"scope": "research"}'` turns it into the research size, and the user's
-    task.py survives (test_copier.py runs the research suite on such a project)."""
+    task.py survives (test_copier.py shows that such a project is the research one but task.py)."""
     env = clean_git_env(tmp_path / "home", **IDENTITY)
     template = copy_template(tmp_path / "template")
     run("git", "init", "-q", cwd=template, env=env)
