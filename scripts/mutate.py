@@ -3,6 +3,11 @@
     python scripts/mutate.py           # bakes the research project, runs mutmut, writes breaks/mutmut.json
     python scripts/mutate.py --keep D  # the same, in folder D, kept afterwards (`mutmut show NAME` there)
     python scripts/mutate.py --only engine/optim.py,engine/statistics.py   # those modules; the others' results kept
+    python scripts/mutate.py --only utils/repro.py --results-of D   # records what a run in D left (no new run)
+
+A run is long (minutes to an hour a module on two cores). One stopped part-way goes on in its kept
+folder with `mutmut run [NAMES]` there (mutmut skips the mutants it has a result for), and
+`--results-of D` then records the modules of `--only`, each of which must be complete.
 
 The hand-written mutation suite (breaks/mutations.toml) holds the breaks its authors thought of;
 mutmut makes every small change it knows to each line (an operator, a constant, a comparison, an
@@ -51,6 +56,30 @@ MODULES = (
     "engine/contract.py",
     "config.py",
 )
+
+# Put first in the scratch bake's tests/conftest.py (after its __future__ import), before it
+# imports the package: while mutmut records which tests reach which function, it resolves the file
+# of each frame on the stack, and a function called at import time (repro.py sets a constant from
+# one) has importlib's frozen frames below it, which are no file. Such a call is no test's: it is
+# left out of the record.
+TOLERATE_IMPORT_TIME_CALLS = '''# ---- added by scripts/mutate.py, in its scratch bake only ----
+try:
+    import mutmut.mutation.trampoline as _trampoline
+except ImportError:  # the scratch bake's suite run without mutmut
+    pass
+else:
+    _record_hit = _trampoline.record_trampoline_hit
+
+    def _record_hit_of_a_test(name, caller=None):
+        try:
+            _record_hit(name, caller=caller)
+        except FileNotFoundError:
+            pass
+
+    _trampoline.record_trampoline_hit = _record_hit_of_a_test
+# ---- the bake's own conftest.py ----
+
+'''
 
 # Appended to the scratch bake's tests/conftest.py: leaves out the tests that need the six runs of
 # the session fixture (each mutant runs in a fresh process, which would train them again) and
@@ -144,8 +173,11 @@ max_stack_depth = 4
 # torch is not fork-safe once it has run: each mutant's process is forked from a clean server.
 process_isolation = "forkserver"
 ''')
-    with (project / "tests" / "conftest.py").open("a", encoding="utf-8") as file:
-        file.write(SELECT)
+    conftest = project / "tests" / "conftest.py"
+    head, future, rest = conftest.read_text(encoding="utf-8").partition("from __future__ import annotations\n")
+    if not future:  # no __future__ import, which must come first: the patch goes at the top
+        head, rest = "", head
+    conftest.write_text(head + future + TOLERATE_IMPORT_TIME_CALLS + rest + SELECT, encoding="utf-8")
 
 
 def results(project: Path) -> dict[str, str]:
@@ -171,6 +203,8 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="bake into this folder and keep it")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--only", default="", help="these modules (comma-separated), the others' results kept")
+    parser.add_argument("--results-of", type=Path, metavar="D",
+                        help="record the results of the run in D (a --keep folder) instead of running")
     args = parser.parse_args()
     chosen = [module for module in args.only.split(",") if module] or list(MODULES)
     unknown = sorted(set(chosen) - set(MODULES))
@@ -183,19 +217,29 @@ def main() -> int:
     except ModuleNotFoundError:
         print(f"error: mutmut is not installed: pip install {MUTMUT}", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory() as scratch:
-        folder = args.keep or Path(scratch)
-        folder.mkdir(parents=True, exist_ok=True)
-        project = bake(folder)
-        configure(project, chosen)
-        started = time.monotonic()
-        run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.jobs)],
-                             cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if run.returncode != 0:
-            print(f"error: mutmut run failed:\n{run.stdout[-3000:]}", file=sys.stderr)
+    if args.results_of is not None:
+        [project] = [path for path in args.results_of.iterdir() if (path / "mutants").is_dir()]
+        statuses, minutes = results(project), None  # its time is not known: it may have run in parts
+        unfinished = sorted({module_of(name, project.name) for name, status in statuses.items()
+                             if status == "not checked"} & set(chosen))
+        if unfinished:
+            print(f"error: mutmut has not finished {', '.join(unfinished)} in {project}: run `mutmut run` there",
+                  file=sys.stderr)
             return 1
-        statuses = results(project)
-        minutes = round((time.monotonic() - started) / 60, 1)
+    else:
+        with tempfile.TemporaryDirectory() as scratch:
+            folder = args.keep or Path(scratch)
+            folder.mkdir(parents=True, exist_ok=True)
+            project = bake(folder)
+            configure(project, chosen)
+            started = time.monotonic()
+            run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.jobs)],
+                                 cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if run.returncode != 0:
+                print(f"error: mutmut run failed:\n{run.stdout[-3000:]}", file=sys.stderr)
+                return 1
+            statuses = results(project)
+            minutes = round((time.monotonic() - started) / 60, 1)
     modules = {module: result for module, result in earlier.get("modules", {}).items() if module not in chosen}
     survivors = {name: module for name, module in earlier.get("survivors", {}).items() if module not in chosen}
     for module in chosen:
