@@ -12,7 +12,7 @@ from {{ cookiecutter.project_slug }}.engine.checkpoint import load_latest_checkp
 from {{ cookiecutter.project_slug }}.engine.files import atomic_write, atomic_write_text
 from {{ cookiecutter.project_slug }}.train import main
 
-from conftest import read_run
+from conftest import FAST, read_run
 
 
 class DiskFull(OSError):
@@ -129,3 +129,19 @@ def test_train_seconds_after_a_resume_adds_the_time_counted_before_it(runs, tmp_
     torch.save({**checkpoint, "train_seconds": 1000.0}, newest)  # as if the steps before took that long
     assert main(["--out", str(run), "--resume"]) == 0
     assert 1000.0 <= read_run(run).summary["train_seconds"] < 1000.0 + runs["seed7"].summary["train_seconds"] + 60
+
+
+@pytest.mark.parametrize("resumes", [1, 2, 3])
+def test_train_seconds_add_up_across_any_number_of_resumes(resumes, tmp_path):
+    """A run stopped and resumed again and again: each checkpoint counts what the one it resumed
+    from counted plus what this process trained, so no resume loses the time before it. Before
+    each resume its checkpoint is made to count 1000 s more, as if those steps had been slow."""
+    out = tmp_path / "run"
+    assert main([*FAST, "--seed", "7", "--out", str(out), "--stop-after-steps", "3"]) == 0
+    for resume in range(1, resumes + 1):
+        newest = sorted((out / "checkpoints").glob("step-*.pt"))[-1]
+        checkpoint = torch.load(newest, weights_only=True)
+        torch.save({**checkpoint, "train_seconds": checkpoint["train_seconds"] + 1000.0}, newest)
+        stop = [] if resume == resumes else ["--stop-after-steps", str(3 * (resume + 1))]
+        assert main(["--out", str(out), "--resume", *stop]) == 0
+    assert read_run(out).summary["train_seconds"] >= 1000.0 * resumes

@@ -104,6 +104,22 @@ def test_the_flags_of_a_config_parse_back_to_the_same_config():
     assert Config(**typed) == config
 
 
+# A value for each float setting that takes all 17 digits to write (0.1 + 0.2 is 0.30000000000000004).
+FLOATS_OF_17_DIGITS = {"lr": 1 / 3, "min_lr": 0.1 + 0.2, "momentum": 2 / 3, "beta2": 0.1 + 0.7, "weight_decay": 1 / 7,
+                       "clip_grad_norm": 10 / 3, "dropout": 0.1 + 0.2}
+
+
+def test_the_flags_of_a_config_give_back_every_float_setting_bit_for_bit():
+    """verify and doctor re-run a run from the flags of its config.json: a float written short
+    (0.333333 for 1/3) would re-run another config, whose weights differ."""
+    floats = {field.name for field in dataclasses.fields(Config) if field.type in (float, "float")}
+    assert floats == set(FLOATS_OF_17_DIGITS), "give a new float setting a value of 17 digits here"
+    config = Config(optimizer="adamw", schedule="cosine", **FLOATS_OF_17_DIGITS)
+    assert config.problem() is None
+    typed, _ = parse_command_line(config_to_flags(config))
+    assert Config(**typed) == config
+
+
 def test_resume_takes_untyped_settings_from_the_record_and_refuses_contradictions():
     recorded = Config(seed=7, epochs=2)
     config, differing = resume_config(recorded, {"num_workers": 3}, world_size=1)

@@ -15,8 +15,14 @@ import torch
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
 from {{ cookiecutter.project_slug }}.train import first
-from {{ cookiecutter.project_slug }}.utils.data import EpochSampler, KeyedRandomness, declared_draws
-from {{ cookiecutter.project_slug }}.utils.repro import Stream
+from {{ cookiecutter.project_slug }}.utils.data import (
+    EpochSampler,
+    KeyedRandomness,
+    declared_draws,
+    ignore_sigint_in_worker,
+    make_loader,
+)
+from {{ cookiecutter.project_slug }}.utils.repro import Stream, derive_seed
 
 from conftest import PACKAGE, SAMPLES, DrawsFrom, python_env
 
@@ -83,6 +89,53 @@ def test_validation_keeps_the_datasets_order_and_every_sample_once(world_size):
                                                   pad=False)] for rank in range(world_size)]
     assert sorted(index for shard in shards for index in shard) == list(range(103))
     assert shards[0] == list(range(0, 103, world_size))  # the dataset's order, dealt out in turn
+
+
+def test_each_epochs_order_comes_from_the_seeds_own_shuffle_stream():
+    """Each epoch's order is torch.randperm from the seed's SHUFFLE stream at that epoch: another
+    seed shuffles otherwise in every epoch, and no other stream (the samples', the steps') shares
+    the shuffle's seeds."""
+    for epoch in range(3):
+        orders = {}
+        for seed in (SEED, SEED + 1):
+            sampler = EpochSampler(64, seed, shuffle=True)
+            sampler.set_epoch(epoch)
+            orders[seed] = sampler.order()
+        generator = torch.Generator().manual_seed(derive_seed(SEED, Stream.SHUFFLE, epoch))
+        assert orders[SEED] == torch.randperm(64, generator=generator).tolist()
+        assert orders[SEED] != orders[SEED + 1]
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_make_loader_gives_the_loader_every_setting_it_takes(train):
+    """Read off the loader it makes: the split's own sample stream; the shuffle and the padding for
+    training only; the rank's share; the workers' settings, left out where there are no workers;
+    and a generator of the loader's own for the workers' base seed."""
+    dataset = list(range(10))
+    loader = make_loader(dataset, 2, SEED, train, num_workers=2, persistent_workers=True, prefetch_factor=3,
+                         rank=1, world_size=4)
+    sampler = loader.sampler
+    assert (sampler.shuffle, sampler.pad, sampler.rank, sampler.world_size) == (train, train, 1, 4)
+    assert loader.dataset.base == derive_seed(SEED, Stream.TRAIN_SAMPLE if train else Stream.VAL_SAMPLE)
+    assert (loader.num_workers, loader.persistent_workers, loader.prefetch_factor) == (2, True, 3)
+    assert loader.worker_init_fn is ignore_sigint_in_worker
+    assert loader.generator.initial_seed() == derive_seed(SEED, Stream.LOADER)
+    without_workers = make_loader(dataset, 2, SEED, train, persistent_workers=True, prefetch_factor=3)
+    assert (without_workers.persistent_workers, without_workers.prefetch_factor) == (False, None)
+    one_worker = make_loader(dataset, 2, SEED, train, num_workers=1, persistent_workers=True, prefetch_factor=3)
+    assert (one_worker.persistent_workers, one_worker.prefetch_factor) == (True, 3)
+    assert make_loader(dataset, 2, SEED, train, num_workers=1).persistent_workers is False  # not by default
+
+
+@pytest.mark.parametrize("pad", [True, False])
+def test_a_samplers_length_is_the_number_of_indices_it_yields(pad):
+    for size in (7, 8):
+        for world_size in (1, 2, 3):
+            for rank in range(world_size):
+                for start in (0, world_size):
+                    sampler = EpochSampler(size, SEED, shuffle=True, rank=rank, world_size=world_size, pad=pad)
+                    sampler.set_epoch(1, start=start)
+                    assert len(sampler) == len(list(sampler)), (size, world_size, rank, start)
 
 
 def test_the_sampler_can_start_mid_epoch_at_the_same_place():

@@ -11,6 +11,7 @@ import torch
 
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
+from {{ cookiecutter.project_slug }}.engine.endings import newest_checkpoint_of
 from {{ cookiecutter.project_slug }}.train import first, main
 from {{ cookiecutter.project_slug }}.utils.data import EpochSampler
 
@@ -92,6 +93,16 @@ def test_a_dataset_error_in_a_worker_is_one_line_naming_the_sample_and_its_messa
 
 def test_the_full_traceback_is_kept_in_the_run_folder(failure):
     assert "Traceback" in failure["error_log"] and f"cannot decode file {failure['index']}.png" in failure["error_log"]
+
+
+def test_the_checkpoint_a_failure_names_as_standing_is_the_newest(tmp_path):
+    """What the failure and non-finite lines name as the checkpoint to resume from: the newest of
+    those kept (written by the run or by hand, in any order), or none."""
+    (tmp_path / "checkpoints").mkdir()
+    assert newest_checkpoint_of(tmp_path) is None
+    for step in (8, 12, 4):
+        (tmp_path / "checkpoints" / f"step-{step:08d}.pt").write_bytes(b"")
+    assert newest_checkpoint_of(tmp_path) == "step-00000012.pt"
 
 
 def test_a_failed_run_first_checkpoints_its_last_completed_step(failure):

@@ -112,6 +112,16 @@ def test_a_portable_run_records_its_fingerprint_and_verify_where_the_machine_dif
     assert not [line for line in capsys.readouterr().out.splitlines() if "fixed inputs" in line]
 
 
+@pytest.mark.parametrize("record", [[], {"modes": {}}, {"format": 2, "modes": {}}, {"format": 1, "modes": []}],
+                         ids=["not an object", "no format", "another format", "modes not an object"])
+def test_a_file_of_another_format_is_refused_not_misread(record, tmp_path):
+    (tmp_path / "theirs.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="is not a fingerprint of this format"):
+        read_fingerprint(tmp_path / "theirs.json")
+    (tmp_path / "theirs.json").write_text(json.dumps({"format": 1, "modes": {}}))
+    assert read_fingerprint(tmp_path / "theirs.json") == {"format": 1, "modes": {}}  # this format is read
+
+
 @pytest.mark.parametrize("args, says", [
     (["--against", "x.json"], "--against needs --fingerprint FILE"),
     (["--fingerprint", "{tmp}/out.json", "--against", "{tmp}/missing.json"], "--against: cannot read"),

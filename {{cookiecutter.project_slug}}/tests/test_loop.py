@@ -10,6 +10,7 @@ import torch
 
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
+from {{ cookiecutter.project_slug }}.engine import distributed
 from {{ cookiecutter.project_slug }}.engine.checkpoint import TrainingState
 from {{ cookiecutter.project_slug }}.engine.contract import check_task
 from {{ cookiecutter.project_slug }}.engine.loop import StepRows, accumulation_windows
@@ -60,36 +61,51 @@ def test_the_loop_reads_the_metrics_back_once_every_n_steps_not_once_a_step(tmp_
     assert reads == ["tolist in loop.py"] * 2  # ...read back in one transfer per `every` steps
 
 
+def draws_of_two_epochs(monkeypatch, between: int, rank: int = 0) -> list[float]:
+    """What the model draws first (as dropout would) at each micro-batch of two epochs of 4 steps
+    of 2 micro-batches, on rank `rank` (train_step reads it from engine.distributed), with
+    `between` numbers drawn between the steps, as the loader or an evaluation would."""
+    monkeypatch.setattr(distributed, "rank", lambda: rank)
+    cpu = torch.device("cpu")
+    config = Config(seed=3, batch_size=BATCH, accumulate=2, max_samples=4 * BATCH)
+    train_set, val_set = task.make_datasets(config)
+    torch.manual_seed(3)
+    model = task.make_model(config, train_set)
+    forward, drawn = model.forward, []
+
+    def forward_that_draws(inputs):
+        drawn.append(torch.rand(1).item())  # what dropout would draw first
+        return forward(inputs)
+
+    monkeypatch.setattr(model, "forward", forward_that_draws)
+    loader, _ = make_loaders(first(train_set, config.max_samples), first(val_set, 16), config)
+    optimizer, scheduler = make_optimizer(model, config, steps=1000)
+    state = TrainingState(model, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False))
+    for _ in range(2):
+        for _ in training_steps(model, loader, state, config, cpu):
+            torch.rand(between)
+        state.epoch, state.epoch_step = state.epoch + 1, 0  # as train.py moves to the next epoch
+    return drawn
+
+
 def test_every_micro_batch_and_step_draws_from_its_own_key(monkeypatch):
     """What the model draws (dropout) is seeded before each micro-batch from (seed, step,
     micro-batch, rank): no two micro-batches, of one step or of two, of one epoch or of two, draw
     the same numbers, and a second pass over the same steps draws the same ones again."""
-    cpu = torch.device("cpu")
-    config = Config(seed=3, batch_size=BATCH, accumulate=2, max_samples=4 * BATCH)
-    train_set, val_set = task.make_datasets(config)
-
-    def draws_of_two_epochs(between: int) -> list[float]:
-        torch.manual_seed(3)
-        model = task.make_model(config, train_set)
-        forward, drawn = model.forward, []
-
-        def forward_that_draws(inputs):
-            drawn.append(torch.rand(1).item())  # what dropout would draw first
-            return forward(inputs)
-
-        monkeypatch.setattr(model, "forward", forward_that_draws)
-        loader, _ = make_loaders(first(train_set, config.max_samples), first(val_set, 16), config)
-        optimizer, scheduler = make_optimizer(model, config, steps=1000)
-        state = TrainingState(model, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False))
-        for _ in range(2):
-            for _ in training_steps(model, loader, state, config, cpu):
-                torch.rand(between)  # whatever runs between steps (the loader, an evaluation) draws too
-            state.epoch, state.epoch_step = state.epoch + 1, 0  # as train.py moves to the next epoch
-        return drawn
-
-    first_pass = draws_of_two_epochs(between=5)
+    first_pass = draws_of_two_epochs(monkeypatch, between=5)
     assert len(first_pass) == 16 and len(set(first_pass)) == 16  # 2 epochs x 4 steps x 2 micro-batches
-    assert draws_of_two_epochs(between=7) == first_pass  # other draws between the steps change nothing
+    assert draws_of_two_epochs(monkeypatch, between=7) == first_pass  # other draws between the steps change nothing
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_each_rank_draws_masks_of_its_own_that_no_other_rank_draws(monkeypatch, rank):
+    """Under torchrun every rank takes the same steps on samples of its own: each draws masks of
+    its own, as one process over the whole batch draws other masks for each sample. Ranks that
+    drew rank 0's would put the same masks on every shard, and train other weights."""
+    rank_0 = draws_of_two_epochs(monkeypatch, between=5)
+    this_rank = draws_of_two_epochs(monkeypatch, between=5, rank=rank)
+    assert len(set(this_rank)) == 16 and set(this_rank).isdisjoint(rank_0)
+    assert draws_of_two_epochs(monkeypatch, between=7, rank=rank) == this_rank  # and repeats them
 
 
 class Regression:

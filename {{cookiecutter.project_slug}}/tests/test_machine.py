@@ -210,6 +210,16 @@ def test_compare_explains_the_environment_differences(runs, tmp_path, capsys):
     assert f"cpu_kernel_variables: MKL_CBWR {recorded!r} -> 'AVX': changes bits;" in out
 
 
+def test_the_package_differences_are_each_version_changed_and_each_package_one_side_lacks():
+    """Both sides read, in the order of names whatever their case: a package installed since the
+    run changes a rerun as surely as one upgraded or removed."""
+    recorded = {"numpy": "2.1.0", "torch": "2.13.0", "Pillow": "10.0", "only-in-the-run": "1.0"}
+    here = {"numpy": "2.2.0", "torch": "2.13.0", "Pillow": "10.0", "Only-here": "3.1"}
+    assert environment.package_differences(recorded, here) == [
+        "numpy: 2.1.0 -> 2.2.0", "Only-here: (not installed) -> 3.1", "only-in-the-run: 1.0 -> (not installed)"]
+    assert environment.package_differences(recorded, dict(recorded)) == []
+
+
 def test_doctor_run_lists_the_packages_that_differ_and_writes_the_requirements(runs, tmp_path, capsys):
     packages = {**runs["seed7"].environment["packages"], "numpy": "0.0.1", "gone-package": "1.0"}
     edited = edited_copy(runs["seed7"], tmp_path, packages=packages)

@@ -11,11 +11,14 @@ import numpy as np
 import pytest
 import torch
 
+from {{ cookiecutter.project_slug }}.utils import repro
 from {{ cookiecutter.project_slug }}.utils.repro import (
     DETERMINISM_MODES,
     MAX_SEED,
     PYTORCH_DEFAULT_FLOAT32,
+    Stream,
     configure_determinism,
+    derive_seed,
     determinism_flags,
     float32_precision,
     keyed_seed,
@@ -56,8 +59,17 @@ def test_seed_everything_refuses_a_seed_outside_0_to_2_32_minus_1(seed):
         seed_everything(seed)
 
 
-def test_the_largest_seed_is_accepted():
-    seed_everything(MAX_SEED)
+@pytest.mark.parametrize("seed", [0, MAX_SEED])
+def test_the_smallest_and_the_largest_seed_are_accepted(seed):
+    seed_everything(seed)
+
+
+def test_seed_everything_seeds_the_mps_generator_where_there_is_one(monkeypatch):
+    seeded = []
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)  # a stand-in for a Mac's GPU
+    monkeypatch.setattr(torch.mps, "manual_seed", seeded.append)
+    seed_everything(5)
+    assert seeded and set(seeded) == {5}  # (torch.manual_seed seeds it too, in torch 2.13)
 
 
 def test_strict_turns_on_every_deterministic_setting():
@@ -218,6 +230,61 @@ def test_negative_control_setting_pythonhashseed_inside_the_script_changes_nothi
     [expected] = run_python(SET_ORDER, "5")
     orders = run_python("os.environ['PYTHONHASHSEED'] = '5'\n" + SET_ORDER, "0", "1", "2")
     assert set(orders) != {expected}
+
+
+# SplitMix64's reference generator seeded with 1234567: its first three outputs (Vigna's splitmix64.c).
+SPLITMIX64_OF_1234567 = (6457827717110365317, 3203168211198807973, 9817491932198370423)
+
+
+def test_keyed_seed_is_splitmix64s_finaliser_over_the_base_xor_the_key():
+    """Every sample's and step's seed comes from keyed_seed: another mix, however good, would give
+    each recorded run other draws when it is run again. The generator adds 0x9E3779B97F4A7C15 to
+    its state and returns the finaliser of the sum; the key goes in as base ^ (high << 32) ^ low."""
+    state = 1234567
+    for expected in SPLITMIX64_OF_1234567:
+        state = (state + 0x9E3779B97F4A7C15) % 2**64
+        assert keyed_seed(state, 0, 0) == expected
+    base, high, low = 0x0123456789ABCDEF, 7, 11
+    assert keyed_seed(base, high, low) == keyed_seed(base ^ (high << 32) ^ low, 0, 0)
+
+
+@pytest.mark.parametrize("device, seeded", [("cpu", []), ("cuda", ["cuda"]), ("mps", ["mps"])])
+def test_seeding_for_a_gpu_seeds_that_gpus_generator_too(device, seeded, monkeypatch):
+    """Dropout on a GPU draws from the GPU's own generator; a CPU has none of its own. Stand-ins
+    for torch.cuda's and torch.mps's manual_seed record what is seeded (this machine may have neither)."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "manual_seed", lambda seed: calls.append(("cuda", seed)))
+    monkeypatch.setattr(torch.mps, "manual_seed", lambda seed: calls.append(("mps", seed)))
+    seed_global_generators(12345, torch.device(device))
+    assert calls == [(name, 12345) for name in seeded]
+
+
+def test_a_step_seeds_the_gpu_it_runs_on_from_the_step_stream_of_its_key(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "manual_seed", calls.append)
+    seed_step(7, step=3, micro_batch=1, rank=2, device=torch.device("cuda"))
+    seed_step(7, step=3, device=torch.device("cuda"))  # one micro-batch, one process: as the teaching loop calls it
+    assert calls == [keyed_seed(derive_seed(7, Stream.STEP, 2), 3, 1), keyed_seed(derive_seed(7, Stream.STEP, 0), 3, 0)]
+
+
+def test_the_recorded_settings_hold_the_cublas_variable_as_it_is_set(monkeypatch):
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    assert determinism_flags()["cublas_workspace_config"] == ":16:8"
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    assert determinism_flags()["cublas_workspace_config"] is None
+
+
+@pytest.mark.parametrize("matmul, matmul_precision, conv, allowed", [
+    ("ieee", "highest", "ieee", False), ("tf32", "highest", "ieee", True), ("ieee", "highest", "tf32", True),
+    ("none", "highest", "ieee", False), ("none", "high", "ieee", True), ("none", "medium", "ieee", True),
+    ("ieee", "high", "ieee", False)])
+def test_tf32_is_allowed_when_products_or_convolutions_may_take_it(matmul, matmul_precision, conv, allowed,
+                                                                     monkeypatch):
+    """"none" leaves matrix products to torch.set_float32_matmul_precision, where only "highest"
+    is full float32; an explicit "ieee" overrides it. A stand-in gives each combination."""
+    monkeypatch.setattr(repro, "float32_precision", lambda: {"matmul": matmul, "conv": conv,
+                                                             "float32_matmul_precision": matmul_precision})
+    assert tf32_allowed() is allowed
 
 
 def test_keys_that_a_careless_mix_would_collide_get_distinct_seeds():

@@ -316,15 +316,21 @@ def test_doctor_warns_when_tf32_is_allowed_in_a_determinism_mode(monkeypatch, ca
 
 
 def test_doctor_says_so_when_its_two_trial_runs_differ(monkeypatch, capsys):
-    """The case doctor exists for: two runs with one seed that differ on this machine."""
-    fingerprints = iter(["metrics aaa weights bbb", "metrics aaa weights ccc"])
-    monkeypatch.setattr(doctor, "trial_run", lambda *args, **kwargs: doctor.subprocess.Popen(
-        [sys.executable, "-c", "pass"], stdout=doctor.subprocess.PIPE, stderr=doctor.subprocess.PIPE, text=True))
-    monkeypatch.setattr(doctor, "trial_fingerprint", lambda out: next(fingerprints))
+    """The case doctor exists for: two runs with one seed that differ on this machine. Its real
+    trials and fingerprints, with the second trial made another seed's run (a machine whose runs
+    wander gives such a pair): doctor compares what they wrote, and says so."""
+    real_trial_run, trials = doctor.trial_run, []
+
+    def second_trial_of_another_seed(out, flags, run):
+        trials.append(out)
+        return real_trial_run(out, [*flags, "--seed", "8"] if len(trials) == 2 else flags, run)  # the last wins
+
+    monkeypatch.setattr(doctor, "trial_run", second_trial_of_another_seed)
     with determinism_left_as_found():
         assert doctor.main(["--steps", "2"]) == 1
     out = capsys.readouterr().out
-    assert "two runs with one seed gave different results on this machine" in out and "VERDICT: 1 problem" in out
+    assert len(trials) == 2 and "two runs with one seed gave different results on this machine" in out
+    assert "VERDICT: 1 problem" in out
 
 
 def test_doctor_refuses_zero_steps_with_one_line(capsys):

@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from {{ cookiecutter.project_slug }} import task
+from {{ cookiecutter.project_slug }}.engine.runs import read_run
 from {{ cookiecutter.project_slug }}.train import evaluation_due, main
+from {{ cookiecutter.project_slug }}.utils.device import select_device
 from {{ cookiecutter.project_slug }}.utils.repro import state_dict_sha256
 
 from conftest import FAST, settings
@@ -87,6 +89,15 @@ def test_the_run_records_the_device_it_used_not_only_auto(runs):
     assert run.summary["device"] == run.environment["device"] == "cpu"
 
 
+def test_a_run_on_auto_records_auto_as_asked_and_the_device_it_chose_as_used(tmp_path):
+    """config.json keeps what was asked (a rerun on another machine chooses again); summary.json
+    and environment.json say what this run trained on."""
+    assert main([*FAST, "--device", "auto", "--out", str(tmp_path / "run")]) == 0  # the later --device wins
+    run = read_run(tmp_path / "run")
+    assert run.config["device"] == "auto"
+    assert run.summary["device"] == run.environment["device"] == str(select_device("auto"))
+
+
 @pytest.mark.parametrize("typed", ["CPU", " cpu", "Cpu "])
 def test_device_names_are_recorded_in_one_spelling(typed, tmp_path):
     from {{ cookiecutter.project_slug }}.config import parse_command_line
@@ -162,12 +173,18 @@ BAD_FLAGS = {
     "unknown determinism mode": ("--deterministic", "sometimes"),
     "abbreviated flag": ("--epoch", "3"),
     "prefetch without workers": ("--prefetch-factor", "2"),
+    "persistent workers without workers": ("--persistent-workers",),
     "resume and overwrite": ("--resume", "--overwrite"),
     "seed without a value": ("--seed",),
     "out without a value": ("--out",),
     "dropout above 1": ("--dropout", "1.5"),
     "batch not shared equally": ("--batch-size", "10", "--accumulate", "3"),
     "warm-up with one-cycle": ("--warmup-steps", "5"),
+    "min-lr without the cosine": ("--min-lr", "0.001"),
+    "decay steps without the cosine": ("--decay-steps", "5"),
+    "min-lr above lr": ("--schedule", "cosine", "--lr", "0.01", "--min-lr", "0.1"),
+    "decay steps not after the warm-up": ("--schedule", "cosine", "--warmup-steps", "5", "--decay-steps", "5"),
+    "beta2 without adamw": ("--beta2", "0.95"),
     "unknown optimizer": ("--optimizer", "lbfgs"),
     "empty out (an unset shell variable)": ("--out", ""),
     "a name over the file system's limit": ("--out", "x" * 300),
