@@ -303,7 +303,8 @@ def test_the_mutation_tools_record_is_of_modules_the_project_still_has_each_surv
     """breaks/mutmut.json (`python scripts/mutate.py`) covers modules of scripts/mutate.py's list,
     each still a module of the generated package, with counts that add up; every mutant it says
     survived has its verdict in breaks/mutants.toml (equivalent, with why; a test added since, named;
-    or open, with what a test would need); and the template README quotes the record's score and dates."""
+    or open, with what a test would need), its own or its function's; and the template README
+    quotes the record's score and dates."""
     record = json.loads((ROOT / "breaks" / "mutmut.json").read_text(encoding="utf-8"))
     package = TEMPLATE_DIR / "src" / "{{cookiecutter.project_slug}}"
     assert record["modules"] and set(record["modules"]) <= set(mutate.MODULES)
@@ -312,12 +313,16 @@ def test_the_mutation_tools_record_is_of_modules_the_project_still_has_each_surv
         counts = {status: n for status, n in result.items() if status not in ("date", "minutes", "mutants")}
         assert sum(counts.values()) == result["mutants"] > 0
     assert set(record["survivors"].values()) <= set(record["modules"])
-    verdicts = tomllib.loads((ROOT / "breaks" / "mutants.toml").read_text(encoding="utf-8"))["mutant"]
-    unexplained = sorted(set(record["survivors"]) - set(verdicts))
+    written = tomllib.loads((ROOT / "breaks" / "mutants.toml").read_text(encoding="utf-8"))
+    verdicts, by_function = written["mutant"], written.get("function", {})
+    unexplained = sorted(name for name in record["survivors"]
+                         if name not in verdicts and name.rsplit("__mutmut_", 1)[0] not in by_function)
     assert not unexplained, f"survivors with no verdict in breaks/mutants.toml: {unexplained}"
-    for name, verdict in verdicts.items():
+    for name, verdict in [*verdicts.items(), *by_function.items()]:
         assert verdict["verdict"] in ("equivalent", "test added", "open"), name
         assert verdict["why"].strip(), name
+    functions = {name.rsplit("__mutmut_", 1)[0] for name in record["survivors"]}
+    assert not set(by_function) - functions, "a function's verdict for a function with no survivor left"
     section = (ROOT / "README.md").read_text(encoding="utf-8").split("### The mutation tool")[1].split("\n## ")[0]
     text = " ".join(section.split())
     killed, total = record["killed"].split("/")
