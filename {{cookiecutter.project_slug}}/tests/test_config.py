@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -104,18 +105,16 @@ def test_the_flags_of_a_config_parse_back_to_the_same_config():
     assert Config(**typed) == config
 
 
-# A value for each float setting that takes all 17 digits to write (0.1 + 0.2 is 0.30000000000000004).
-FLOATS_OF_17_DIGITS = {"lr": 1 / 3, "min_lr": 0.1 + 0.2, "momentum": 2 / 3, "beta2": 0.1 + 0.7, "weight_decay": 1 / 7,
-                       "clip_grad_norm": 10 / 3, "dropout": 0.1 + 0.2}
-
-
 def test_the_flags_of_a_config_give_back_every_float_setting_bit_for_bit():
     """verify and doctor re-run a run from the flags of its config.json: a float written short
-    (0.333333 for 1/3) would re-run another config, whose weights differ."""
-    floats = {field.name for field in dataclasses.fields(Config) if field.type in (float, "float")}
-    assert floats == set(FLOATS_OF_17_DIGITS), "give a new float setting a value of 17 digits here"
-    config = Config(optimizer="adamw", schedule="cosine", **FLOATS_OF_17_DIGITS)
-    assert config.problem() is None
+    (0.05 for the float next to it) would re-run another config, whose weights differ. Every float
+    setting, a task's own too, at a value that takes all 17 digits to write: its default's
+    neighbour towards 0 (a third of a thousandth where the default is 0)."""
+    floats = [field for field in dataclasses.fields(Config) if field.type in (float, "float")]
+    values = {field.name: math.nextafter(field.default, 0.0) if field.default else 1 / 3000 for field in floats}
+    assert {"lr", "min_lr", "momentum", "beta2", "dropout"} <= set(values)
+    config = Config(optimizer="adamw", schedule="cosine", **values)  # beta2 is AdamW's, min_lr the cosine's
+    assert config.problem() is None and all(len(repr(value)) > 12 for value in values.values())
     typed, _ = parse_command_line(config_to_flags(config))
     assert Config(**typed) == config
 
