@@ -331,6 +331,17 @@ def test_the_mutation_tools_record_is_of_modules_the_project_still_has_each_surv
         assert f"`{module}`" in text and result["date"] in text, module
 
 
+def test_the_mutation_tool_leaves_out_the_tests_that_start_a_process_and_keeps_their_stand_ins():
+    """scripts/mutate.py's scratch conftest drops a test whose code starts a process (each mutant
+    would run it again); a stand-in for a module's subprocess (environment.subprocess) starts none."""
+    literal = re.search(r"_CHILD = _re\.compile\((r\"[^\"]*\")\)", mutate.SELECT).group(1)
+    starts_a_child = re.compile(ast.literal_eval(literal))
+    for code in ("done = subprocess.run([sys.executable])", "child = Popen(argv)", "torchrun --nproc-per-node 2"):
+        assert starts_a_child.search(code), code
+    for code in ('monkeypatch.setattr(environment.subprocess, "run", run)', "from subprocess import CompletedProcess"):
+        assert not starts_a_child.search(code), code
+
+
 def test_the_readme_quotes_the_independent_rounds_record_as_it_is():
     """breaks/kill-ratio-independent.json (`python scripts/breaks.py kill-ratio --set independent`)
     holds results only for breaks of breaks/independent.toml, in its order, with ratios that add up,

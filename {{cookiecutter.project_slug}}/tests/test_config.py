@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 from pathlib import Path
@@ -15,9 +16,14 @@ from {{ cookiecutter.project_slug }}.config import (
     Config,
     build_parser,
     config_to_flags,
+    effect_of,
+    integer,
+    number,
     parse_command_line,
     resume_config,
+    run_folder,
 )
+from {{ cookiecutter.project_slug }}.config import setting as make_setting
 
 
 def test_every_flag_shows_its_default_in_help():
@@ -75,6 +81,8 @@ def test_a_config_json_that_records_a_retired_setting_is_read_without_it():
     ("optimizer", "adam", "not one of sgd, adamw"),
     ("device", "cuda:1,2", "refused by --device: 'cuda:1,2' is not one of auto, cpu, cuda, cuda:N, mps"),
     ("parallel", 3, "not a string"),
+    ("lr", None, "not a number"),  # None only where the default is None
+    ("prefetch_factor", 0, "refused by --prefetch-factor: 0 is not at least 1"),
 ])
 def test_a_hand_edited_config_json_with_a_value_its_flag_would_refuse_is_refused_in_one_line(name, value, reason):
     with pytest.raises(ValueError) as error:
@@ -151,3 +159,77 @@ def test_the_global_batch_is_shared_by_processes_and_micro_batches(world_size, a
     config = Config(batch_size=batch, world_size=world_size, accumulate=accumulate)
     assert config.micro_batch_size == micro and config.problem() is None
     assert "not a multiple of" in Config(batch_size=batch + 1, world_size=2, accumulate=accumulate).problem()
+
+
+# The checks behind the flags, made and called in the test as argparse calls them: the tests above
+# reach them only through the settings made when config.py is imported.
+@pytest.mark.parametrize("check, bounds, text, value", [
+    (integer, (1,), "1", 1), (integer, (1,), "12", 12), (integer, (0,), "0", 0), (integer, (1, 4), "1", 1),
+    (integer, (1, 4), "4", 4), (number, (0.0,), "1e-9", 1e-9), (number, (0.0, 1.0), "0.999", 0.999),
+    (number, (0.0, float("inf"), True), "0", 0.0)])
+def test_a_flags_check_takes_each_value_in_its_range_and_its_ends_as_they_are_written(check, bounds, text, value):
+    parsed = check(*bounds)(text)
+    assert parsed == value and type(parsed) is type(value)
+
+
+@pytest.mark.parametrize("check, bounds, text, refusal", [
+    (integer, (1,), "0", "0 is not at least 1"), (integer, (0,), "-1", "-1 is not at least 0"),
+    (integer, (1, 4), "5", "5 is not in 1 .. 4"), (integer, (1, 4), "0", "0 is not in 1 .. 4"),
+    (integer, (1,), "1.5", "'1.5' is not an integer"), (integer, (1,), "", "'' is not an integer"),
+    (number, (0.0,), "0", "0 is not in (0.0, inf)"), (number, (0.0, 1.0), "1", "1 is not in (0.0, 1.0)"),
+    (number, (0.0, float("inf"), True), "-1e-9", "-1e-9 is not in [0.0, inf)"),
+    (number, (0.0,), "nan", "nan is not in (0.0, inf)"), (number, (0.0,), "inf", "inf is not in (0.0, inf)"),
+    (number, (0.0,), "x", "'x' is not a number")])
+def test_a_flags_check_refuses_each_value_outside_its_range_in_one_line(check, bounds, text, refusal):
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        check(*bounds)(text)
+    assert str(refused.value) == refusal
+
+
+def test_a_setting_holds_its_default_help_check_choices_and_effect():
+    made = make_setting(3, "what it sets", parse=integer(1), choices=("3", "4"), effect="machine")
+    assert made.default == 3
+    assert {key: made.metadata[key] for key in ("help", "choices", "effect")} == {
+        "help": "what it sets", "choices": ("3", "4"), "effect": "machine"}
+    assert made.metadata["parse"]("4") == 4
+    assert make_setting(1, "h").metadata["effect"] == "weights" and make_setting(1, "h").metadata["parse"] is None
+    with pytest.raises(AssertionError):
+        make_setting(1, "h", effect="everything")  # a typo in config.py fails at import, not in a run
+    assert [effect_of(field.name) for field in dataclasses.fields(Config)] == [
+        field.metadata["effect"] for field in dataclasses.fields(Config)]
+
+
+@pytest.mark.parametrize("settings, sentence", [
+    (dict(persistent_workers=True), "--persistent-workers and --prefetch-factor need --num-workers above 0"),
+    (dict(prefetch_factor=2), "--persistent-workers and --prefetch-factor need --num-workers above 0"),
+    (dict(warmup_steps=5), "--warmup-steps is for the cosine and constant schedules (one-cycle warms up by itself)"),
+    (dict(min_lr=0.001), "--min-lr and --decay-steps are for the cosine schedule: add --schedule cosine"),
+    (dict(decay_steps=9), "--min-lr and --decay-steps are for the cosine schedule: add --schedule cosine"),
+    (dict(schedule="cosine", lr=0.1, min_lr=0.2),
+     "--min-lr 0.2 is above --lr 0.1: the cosine decays from --lr down to --min-lr"),
+    (dict(schedule="cosine", warmup_steps=9, decay_steps=9),
+     "--decay-steps 9 is not after --warmup-steps 9: the cosine decays from the end of the warm-up to step "
+     "--decay-steps"),
+    (dict(beta2=0.95), "--beta2 is AdamW's: add --optimizer adamw (SGD's one coefficient is --momentum)"),
+    (dict(batch_size=10, accumulate=4),
+     "--batch-size 10 is not a multiple of 1 process(es) x 4 micro-batch(es) per step, so they cannot share it "
+     "equally"),
+])
+def test_each_contradiction_between_settings_is_one_sentence_that_says_what_to_do(settings, sentence):
+    assert Config(**settings).problem() == sentence
+
+
+def test_settings_at_the_edge_of_a_contradiction_are_accepted():
+    assert Config(schedule="cosine", lr=0.1, min_lr=0.1).problem() is None  # decays to where it starts
+    assert Config(schedule="cosine", warmup_steps=9, decay_steps=10).problem() is None
+    assert Config(num_workers=1, persistent_workers=True, prefetch_factor=2).problem() is None
+    assert Config(optimizer="adamw", beta2=0.95).problem() is None
+
+
+def test_an_empty_out_and_a_config_json_of_unknown_settings_are_refused_in_one_line():
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        run_folder("  ")
+    assert str(refused.value) == "is empty (an unset shell variable?): name the run folder"
+    with pytest.raises(ValueError) as refused:
+        Config.from_dict({**Config().to_dict(), "momentun": 0.9, "learning_rate": 0.1})
+    assert str(refused.value) == "it has settings that this code does not know: learning_rate, momentun"

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import operator
 import random
+import signal
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import DataLoader, Subset
 
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
@@ -64,6 +67,37 @@ def test_a_dataset_that_declares_nothing_has_all_three_global_generators_seeded(
 
     assert declared_draws(Plain()) == ("random", "numpy", "torch")
     assert declared_draws(torch.utils.data.Subset(Plain(), [0, 1])) == ("random", "numpy", "torch")
+
+
+class Declares(torch.utils.data.Dataset):
+    def __init__(self, draws_from) -> None:
+        self.draws_from = draws_from
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int):
+        return torch.zeros(1)
+
+
+def test_draws_from_is_found_through_every_wrapper_that_keeps_its_dataset():
+    """Subset, --max-samples, a task's own wrapper: each keeps what it wraps as .dataset."""
+    assert declared_draws(Subset(Subset(Declares(("numpy",)), [0, 1, 2]), [0])) == ("numpy",)
+    assert declared_draws(Subset(Declares(["torch", "random"]), [0])) == ("torch", "random")  # any sequence
+
+    class Declaring(Subset):
+        draws_from = ("random",)
+
+    assert declared_draws(Declaring(Declares(("numpy",)), [0])) == ("random",)  # the outermost says
+
+
+@pytest.mark.parametrize("draws_from, refusal", [
+    ("torch", "draws_from is the string 'torch'; write a tuple of names, such as ('torch',)"),
+    (("numpy", "cupy", "jax"), "draws_from names 'cupy', 'jax'; it may name only 'random', 'numpy', 'torch'")])
+def test_a_draws_from_that_names_anything_but_the_global_generators_is_refused_with_one_line(draws_from, refusal):
+    with pytest.raises(ValueError) as refused:
+        declared_draws(Subset(Subset(Declares(draws_from), [0, 1]), [0]))
+    assert str(refused.value) == refusal
 
 
 def test_a_dataset_error_names_the_sample_and_the_original_error():
@@ -191,6 +225,46 @@ def test_example_data_the_digits_are_exactly_scikit_learns():
     assert np.array_equal(images[:, 0], (digits.images / 16.0).astype(np.float32))
     assert np.array_equal(labels, digits.target)
 {%- endif %}
+
+
+def test_a_loader_worker_ignores_ctrl_c_from_its_init_function_on():
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        ignore_sigint_in_worker(0)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_workers_start_with_ctrl_c_ignored_and_the_training_process_then_takes_its_handler_back(monkeypatch):
+    """What the test below sees through processes: a stand-in for the DataLoader's start of its
+    workers reads the handler in force meanwhile. Ignored, a new worker keeps it ignored, under fork
+    and spawn alike; only the main thread may set a handler, so another thread's loader leaves it."""
+    in_force = []
+
+    def starting_workers(loader: DataLoader):
+        in_force.append(signal.getsignal(signal.SIGINT))
+        return iter(())
+
+    monkeypatch.setattr(DataLoader, "_get_iterator", starting_workers)
+
+    def handler(signum, frame) -> None:
+        pass
+
+    def start(workers: int) -> None:
+        iter(make_loader(train_set(), batch_size=8, seed=SEED, train=True, num_workers=workers))
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        start(2)
+        start(0)  # no workers: nothing to protect
+        assert signal.getsignal(signal.SIGINT) is handler
+        thread = threading.Thread(target=start, args=(2,))
+        thread.start()
+        thread.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert in_force == [signal.SIG_IGN, handler, handler]
 
 
 # A loader whose workers get a SIGINT as soon as they exist, as Ctrl-C sends one to every process of

@@ -10,16 +10,22 @@ not start pinned is refused, and each run records what decides its CPU bits.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
+from subprocess import CalledProcessError, CompletedProcess, TimeoutExpired
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
 from {{ cookiecutter.project_slug }} import compare, doctor, verify
+from {{ cookiecutter.project_slug }}.config import Config
 from {{ cookiecutter.project_slug }}.engine import environment
 from {{ cookiecutter.project_slug }}.engine.runs import read_run
 from {{ cookiecutter.project_slug }}.engine.startup import (
@@ -31,6 +37,8 @@ from {{ cookiecutter.project_slug }}.engine.startup import (
     run_environment,
 )
 from {{ cookiecutter.project_slug }}.train import main
+from {{ cookiecutter.project_slug }}.utils.device import available_devices
+from {{ cookiecutter.project_slug }}.utils.repro import determinism_flags, hash_seed_in_effect
 
 from conftest import FAST, PACKAGE, python_env, train_many
 
@@ -279,6 +287,244 @@ SHELLS = {"none": {}, "aten_avx2": {"ATEN_CPU_CAPABILITY": "avx2"}, "aten_defaul
 # An AVX2-only Intel machine, as far as one machine can play it: each library's dispatch capped at AVX2.
 AVX2_MACHINE = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
                 "NPY_DISABLE_CPU_FEATURES": NUMPY_AVX512}
+
+
+# ---- environment.py in process: each entry, line and refusal against its source ----------------
+# The tests above read environment.json from real runs; these build the record and its comparisons
+# in this process, so that every entry and every line is checked, on whatever machine runs them.
+
+
+def test_the_record_takes_each_entry_from_what_decides_it(monkeypatch):
+    """On a CPU: a CUDA build of torch without a usable GPU (stand-ins) records no GPU entries."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setattr(environment, "git_commit", lambda: "0123abc+dirty")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91002)
+    monkeypatch.setattr(environment, "gpu_driver", lambda: "550.54.15")
+    recorded = environment.describe_environment(torch.device("cpu"), 3, "gloo")
+    cpu = cpu_info()
+    assert {name: recorded[name] for name in ("world_size", "distributed_backend", "device", "git_commit")} == {
+        "world_size": 3, "distributed_backend": "gloo", "device": "cpu", "git_commit": "0123abc+dirty"}
+    assert recorded["python"] == platform.python_version() and recorded["platform"] == platform.platform()
+    assert (recorded["torch"], recorded["numpy"], recorded["cuda"]) == (torch.__version__, np.__version__,
+                                                                        torch.version.cuda)
+    assert recorded["device_name"] == (platform.processor() or platform.machine())
+    assert recorded["available_devices"] == available_devices()
+    assert recorded["intra_op_threads"] == torch.get_num_threads()
+    assert recorded["python_hash_seed"] == hash_seed_in_effect()
+    assert recorded["determinism"] == determinism_flags()
+    assert recorded["environment_variables"] == {name: os.environ.get(name) for name in environment.RECORDED_ENV}
+    assert recorded["environment_variables"]["OMP_NUM_THREADS"] == "3"
+    assert (recorded["machine"], recorded["cpu_model"]) == (cpu["machine"], cpu["model"])
+    assert recorded["cpu_flags"] == (sorted(cpu["flags"] & environment.NOTABLE_CPU_FLAGS)
+                                     if cpu["flags"] is not None else None)
+    assert recorded["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert recorded["cpu_kernel_variables"] == cpu_kernel_variables()
+    assert {name: recorded[name] for name in ("blas", "mkl", "onednn")} == environment.cpu_libraries(
+        torch.__config__.show())
+    assert {name: recorded[name] for name in ("packages", "package_sources")} == environment.installed_packages()
+    assert (recorded["cudnn"], recorded["gpu_driver"], recorded["compute_capability"]) == (None, None, None)
+    monkeypatch.setattr(environment, "cpu_info", lambda: {"machine": "x86_64", "model": None, "flags": None})
+    assert environment.describe_environment(torch.device("cpu"), 1, None)["cpu_flags"] is None  # no flags said
+
+
+def test_a_run_on_a_gpu_records_the_gpus_name_generation_driver_and_cudnn(monkeypatch):
+    """Stand-ins for torch.cuda and nvidia-smi: this machine need not have a GPU."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: f"NVIDIA H100 ({device})")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: {"cuda:1": (9, 0)}[str(device)])
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91002)
+    monkeypatch.setattr(environment, "gpu_driver", lambda: "550.54.15")
+    monkeypatch.setattr(environment, "git_commit", lambda: None)
+    recorded = environment.describe_environment(torch.device("cuda:1"), 1, None)
+    gpu_entries = ("device", "device_name", "cudnn", "gpu_driver", "compute_capability")
+    assert {name: recorded[name] for name in gpu_entries} == {
+        "device": "cuda:1", "device_name": "NVIDIA H100 (cuda:1)", "cudnn": 91002, "gpu_driver": "550.54.15",
+        "compute_capability": "9.0"}
+    assert recorded["available_devices"][:3] == ["cpu", "cuda:0", "cuda:1"]
+
+
+@pytest.mark.parametrize("cpu_kernels", ["native", "portable"])
+def test_the_machines_entries_known_before_a_run_are_the_ones_the_run_will_record(cpu_kernels, monkeypatch):
+    """What verify compares before it reruns: the config's thread count, and under portable the pins
+    the training process will set for itself, not this process's own."""
+    monkeypatch.setattr(environment, "git_commit", lambda: None)
+    now = environment.machine_environment(Config(threads=3, cpu_kernels=cpu_kernels), torch.device("cpu"))
+    assert now["intra_op_threads"] == 3 and now["world_size"] == 1 and now["distributed_backend"] is None
+    if cpu_kernels == "portable":
+        assert now["cpu_kernel_variables"] == PINS and now["cpu_capability"] == "AVX2"
+    else:
+        assert now["cpu_kernel_variables"] == cpu_kernel_variables()
+        assert now["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
+@pytest.mark.parametrize("config_text, libraries", [
+    ("  - Intel(R) oneAPI Math Kernel Library Version 2024.2-Product Build 20240605 for Intel(R) 64\n"
+     "  - Intel(R) MKL-DNN v3.12.0 (Git Hash 80afa71)\n  - Build settings: BLAS_INFO=mkl, BUILD_TYPE=Release",
+     {"blas": "mkl", "mkl": "2024.2", "onednn": "3.12.0"}),
+    ("  - oneDNN v3.7.1 (Git Hash 8d263e6)\n  - Build settings: BLAS_INFO=open, LAPACK_INFO=open",  # ARM
+     {"blas": "open", "mkl": None, "onednn": "3.7.1"}),
+    ("PyTorch built with:\n  - GCC 11.2\n", {"blas": None, "mkl": None, "onednn": None}),
+])
+def test_the_cpu_libraries_are_read_from_torchs_build_description(config_text, libraries):
+    assert environment.cpu_libraries(config_text) == libraries
+
+
+def answering(monkeypatch, *answers):
+    """A stand-in for the function that runs a command (`run`, of the subprocess module): it gives
+    the answers in turn (an exception is raised) and keeps each command line and its settings."""
+    commands, pending = [], list(answers)
+
+    def run(command, **kwargs):
+        commands.append((command, kwargs))
+        answer = pending.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return CompletedProcess(command, *answer)
+
+    monkeypatch.setattr(environment.subprocess, "run", run)
+    return commands
+
+
+@pytest.mark.parametrize("answer, driver", [
+    ((0, "550.54.15\n", ""), "550.54.15"), ((0, "550.54.15\n550.54.15\n", ""), "550.54.15"),  # one GPU, two
+    ((9, "", "NVIDIA-SMI has failed\n"), None),
+    ((0, "", ""), None), (FileNotFoundError("nvidia-smi"), None), (TimeoutExpired("nvidia-smi", 30), None)])
+def test_the_gpu_driver_is_nvidia_smis_first_answer_and_none_when_it_gives_none(answer, driver, monkeypatch):
+    commands = answering(monkeypatch, answer)
+    assert environment.gpu_driver() == driver
+    assert commands == [(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                         {"capture_output": True, "text": True, "timeout": 30})]
+
+
+@pytest.mark.parametrize("answers, commit", [
+    ([(0, "0123abc\n", ""), (0, "", "")], "0123abc"),
+    ([(0, "0123abc\n", ""), (0, " M src/train.py\n", "")], "0123abc+dirty"),
+    ([CalledProcessError(128, "git")], None),  # not a repository
+    ([FileNotFoundError("git")], None), ([(0, "0123abc\n", ""), TimeoutExpired("git", 10)], None)])
+def test_the_commit_is_the_checkouts_with_dirty_for_uncommitted_changes_and_none_outside_git(answers, commit,
+                                                                                               monkeypatch):
+    commands = answering(monkeypatch, *answers)
+    assert environment.git_commit() == commit
+    here = str(Path(environment.__file__).resolve().parent)
+    settings = {"capture_output": True, "text": True, "timeout": 10, "check": True}  # check: a non-repository raises
+    assert commands == [(["git", "-C", here, "rev-parse", "HEAD"], settings),
+                        (["git", "-C", here, "status", "--porcelain"], settings)][:len(answers)]
+
+
+def test_the_packages_are_each_distribution_python_imports_and_where_those_from_no_index_came_from(monkeypatch):
+    def distribution(name, version, direct_url=None):
+        direct = json.dumps(direct_url) if direct_url is not None else None
+        return SimpleNamespace(metadata={"Name": name}, version=version,
+                               read_text=lambda file: direct if file == "direct_url.json" else None)
+
+    editable = {"url": "file:///home/me/my-project", "dir_info": {"editable": True}}
+    found = [distribution("torch", "2.13.0"), distribution("my-project", "0.1.0", editable),
+             distribution("Pillow", "10.0"), distribution("torch", "2.0.0"),  # further down sys.path: shadowed
+             distribution(None, "0"), distribution("numpy", "2.2.0"),  # a broken install: no name
+             distribution("odd", "1.0", {}),  # a direct_url.json without its url
+             distribution("torchaudio", "2.13.0"), distribution("torch_geometric", "2.6.1")]
+    monkeypatch.setattr(environment.importlib.metadata, "distributions", lambda: iter(found))
+    assert environment.installed_packages() == {
+        "packages": {"my-project": "0.1.0", "numpy": "2.2.0", "odd": "1.0", "Pillow": "10.0", "torch": "2.13.0",
+                     "torch_geometric": "2.6.1", "torchaudio": "2.13.0"},
+        "package_sources": {"my-project": "file:///home/me/my-project", "odd": "?"}}
+    assert list(environment.installed_packages()["packages"]) == [  # by lower-case name ("_" before letters)
+        "my-project", "numpy", "odd", "Pillow", "torch", "torch_geometric", "torchaudio"]
+
+
+@pytest.mark.parametrize("version, cuda, lines", [
+    ("2.13.0+cpu", None, ["# torch 2.13.0+cpu is the CPU build, from the PyTorch index:",
+                          "--extra-index-url https://download.pytorch.org/whl/cpu"]),
+    ("2.5.1+cu124", "12.4", ["# torch 2.5.1+cu124 is the cu124 (GPU) build, from the PyTorch index:",
+                             "--extra-index-url https://download.pytorch.org/whl/cu124"]),
+    ("2.5.1", "12.4", ["# torch 2.5.1 is the CUDA 12.4 build, as the package index serves it for this platform"]),
+    ("2.5.1", None, ["# torch 2.5.1 is a CPU build, as the package index serves it for this platform"])])
+def test_the_torch_build_is_named_by_its_local_version_tag_or_its_cuda(version, cuda, lines):
+    assert environment.torch_build(version, cuda) == lines
+
+
+def test_the_requirements_file_is_every_line_doctor_writes():
+    recorded = {"python": "3.12.1", "platform": "Linux-6.8", "cuda": None,
+                "packages": {"my-project": "0.1.0", "pip": "24.0", "torch": "2.13.0+cpu", "tqdm": "4.66.0"},
+                "package_sources": {"my-project": "file:///home/me/my-project"}}
+    assert environment.requirements_text(recorded, "runs/a", "doctor runs/a --requirements r.txt") == (
+        "# The software stack the run in runs/a used, from its environment.json (doctor runs/a --requirements r.txt).\n"
+        "# Python 3.12.1 on Linux-6.8: make a fresh virtual environment of that Python, then: "
+        "python -m pip install -r THIS_FILE\n"
+        "# torch 2.13.0+cpu is the CPU build, from the PyTorch index:\n"
+        "--extra-index-url https://download.pytorch.org/whl/cpu\n"
+        "# my-project==0.1.0 came from file:///home/me/my-project, not from a package index: install it from "
+        "there (this project itself: python -m pip install -e .)\n"
+        "torch==2.13.0+cpu\n"
+        "tqdm==4.66.0\n")
+    no_torch = {"python": "3.12.1", "platform": "Linux-6.8", "packages": {"numpy": "2.2.0"}}  # no sources recorded
+    assert environment.requirements_text(no_torch, "runs/b", "doctor").splitlines()[2:] == ["numpy==2.2.0"]
+
+
+@pytest.mark.parametrize("recorded, portable, devices, why", [
+    ({"machine": "aarch64", "device": "cpu"}, False, ["cpu"],
+     "the run was made on aarch64 and this machine is x86_64: other kernels, so no bitwise repeat; "
+     "verify it on aarch64"),
+    ({"machine": "x86_64", "device": "cuda:0", "device_name": "NVIDIA H100"}, False, ["cpu", "mps"],
+     "the run trained on cuda:0 (NVIDIA H100); verifying it needs that kind of device, and this machine has only "
+     "cpu, mps"),
+    ({"machine": "x86_64", "device": "mps", "device_name": "arm"}, False, ["cpu"],
+     "the run trained on mps (arm); verifying it needs that kind of device, and this machine has only cpu"),
+    ({"machine": "x86_64", "device": "cuda:3"}, False, ["cpu", "cuda:0"], None),  # a GPU of that kind will do
+    ({"machine": "x86_64", "device": "cpu"}, True, ["cpu"], "no AVX2 on A"),  # the pins do not fit this CPU
+    ({"machine": "x86_64", "device": "cpu"}, False, ["cpu"], None),
+    ({}, False, ["cpu"], None),  # a run older than these entries: a CPU run
+])
+def test_a_run_this_machine_cannot_rerun_is_refused_with_the_reason(recorded, portable, devices, why, monkeypatch):
+    """This machine as incompatibility sees it (stand-ins): an x86-64 CPU, the devices, the pins' fit."""
+    monkeypatch.setattr(environment, "cpu_info", lambda: {"machine": "x86_64", "model": "A", "flags": {"avx2"}})
+    monkeypatch.setattr(environment, "available_devices", lambda: devices)
+    monkeypatch.setattr(environment, "portable_problem", lambda here: f"no AVX2 on {here['model']}")
+    assert environment.incompatibility(recorded, portable) == why
+
+
+def a_value_that_differs(value: object) -> object:
+    return {**value, "MKL_CBWR": "OTHER"} if isinstance(value, dict) else f"not {value}"
+
+
+@pytest.mark.parametrize("name", environment.ENVIRONMENT_KEYS)
+def test_each_entry_bitwise_equality_depends_on_is_named_when_it_differs_with_its_verdict_and_advice(name):
+    recorded = {**dict.fromkeys(environment.ENVIRONMENT_KEYS, "same"), "cpu_kernel_variables": {"MKL_CBWR": "AVX2"},
+                "git_commit": "abc"}
+    now = {**recorded, "git_commit": "def"}  # informative only: never a difference
+    assert environment.environment_differences(recorded, now) == []
+    assert environment.explained_differences(recorded, now) == []
+    now[name] = a_value_that_differs(recorded[name])
+    assert environment.environment_differences(recorded, now) == [f"{name}: {recorded[name]!r} -> {now[name]!r}"]
+    verdict, advice = environment.EXPLAINED[name]
+    shown = ("MKL_CBWR 'AVX2' -> 'OTHER'" if name == "cpu_kernel_variables" else f"{recorded[name]!r} -> {now[name]!r}")
+    assert environment.explained_differences(recorded, now) == [f"{name}: {shown}: {verdict}; {advice}"]
+    del recorded[name]  # a run older than the entry
+    assert environment.explained_differences(recorded, now) == [
+        f"{name}: not recorded (the run is older than this entry); here {now[name]!r}"]
+    # A run that predates two more entries: a line for each, the list not cut short by the first.
+    older = {key: value for key, value in recorded.items() if key not in ("python", "compute_capability")}
+    assert len(environment.explained_differences(older, now)) == 3 - (name in ("python", "compute_capability"))
+
+
+def test_differences_are_listed_in_the_order_of_the_names_and_each_side_may_lack_one():
+    a, b = {"x": 1, "y": [2], "z": None}, {"y": [3], "x": 1, "w": "new"}
+    assert environment.differences(a, b) == ["y: [2] -> [3]", "w: None -> 'new'"]  # z: None on both sides
+    assert environment.differences(a, b, ("w", "x")) == ["w: None -> 'new'"]
+    assert environment.change({"A": "1", "B": "2"}, {"B": "3", "C": "4", "A": "1"}) == "B '2' -> '3', C None -> '4'"
+    assert environment.change(1, 4) == "1 -> 4" and environment.change(None, {"A": 1}) == "None -> {'A': 1}"
+
+
+def test_the_environment_changes_of_a_run_folder_are_against_its_record_or_say_what_is_wrong_with_it(tmp_path):
+    now = dict.fromkeys(environment.ENVIRONMENT_KEYS, "here")
+    assert environment.environment_changes(tmp_path, now) == ["environment.json is missing"]
+    (tmp_path / "environment.json").write_text(json.dumps({**now, "torch": "2.0.0"}))
+    assert environment.environment_changes(tmp_path, now) == ["torch: '2.0.0' -> 'here'"]
+    (tmp_path / "environment.json").write_text("{")
+    [line] = environment.environment_changes(tmp_path, now)
+    assert line.startswith(f"{tmp_path / 'environment.json'} is corrupt (")
 
 
 @pytest.mark.slow

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,10 +23,13 @@ from {{ cookiecutter.project_slug }}.utils.repro import (
     derive_seed,
     determinism_flags,
     float32_precision,
+    hash_seed_in_effect,
     keyed_seed,
+    restart_with_hash_seed,
     seed_everything,
     seed_global_generators,
     seed_step,
+    set_float32_precision,
     set_thread_count,
     state_dict_sha256,
     tf32_allowed,
@@ -246,6 +251,104 @@ def test_keyed_seed_is_splitmix64s_finaliser_over_the_base_xor_the_key():
         assert keyed_seed(state, 0, 0) == expected
     base, high, low = 0x0123456789ABCDEF, 7, 11
     assert keyed_seed(base, high, low) == keyed_seed(base ^ (high << 32) ^ low, 0, 0)
+
+
+# derive_seed of a few keys as every recorded run drew them: blake2b with an 8-byte digest over the
+# keys as 8-byte little-endian words, read as a little-endian integer.
+DERIVED_SEEDS = {(0,): 1786884285633530058, (1234, 11): 11074776600765017374, (1234, 15, 3): 11973495712644431100,
+                 (2**64 - 1, 2**32): 11803484771780991531}
+
+
+def test_derive_seed_gives_the_seeds_every_recorded_run_drew_from():
+    """Each stream (the data, the split, the shuffle, the samples, the steps) starts from derive_seed:
+    another packing of the keys, however good, would make every recorded run draw otherwise."""
+    assert {keys: derive_seed(*keys) for keys in DERIVED_SEEDS} == DERIVED_SEEDS
+
+
+@pytest.mark.parametrize("matmul_tf32, conv_tf32", [(False, False), (True, False), (False, True), (True, True)])
+def test_before_torch_2_9_the_float32_precision_is_read_and_set_through_the_allow_tf32_flags(matmul_tf32, conv_tf32,
+                                                                                             monkeypatch):
+    """torch>=2.3 is allowed, and torch before 2.9 had allow_tf32 flags, no fp32_precision: stand-ins
+    for its backends."""
+    matmul, cudnn = SimpleNamespace(allow_tf32=matmul_tf32), SimpleNamespace(allow_tf32=conv_tf32)
+    monkeypatch.setattr(torch.backends.cuda, "matmul", matmul)
+    monkeypatch.setattr(torch.backends, "cudnn", cudnn)
+    name = {False: "ieee", True: "tf32"}
+    assert float32_precision() == {"matmul": name[matmul_tf32], "conv": name[conv_tf32],
+                                   "float32_matmul_precision": torch.get_float32_matmul_precision()}
+    matmul.allow_tf32, cudnn.allow_tf32 = not matmul_tf32, not conv_tf32
+    set_float32_precision(name[matmul_tf32], name[conv_tf32])
+    assert (matmul.allow_tf32, cudnn.allow_tf32) == (matmul_tf32, conv_tf32)
+
+
+def started_with(monkeypatch, environ: bytes | None) -> list:
+    """A stand-in for the environment this process started with (/proc/self/environ; None: no /proc)."""
+    read = []
+
+    def read_bytes(path: str) -> bytes:
+        read.append(path)
+        if environ is None:
+            raise FileNotFoundError(path)
+        return environ
+
+    monkeypatch.setattr(repro, "Path", lambda path: SimpleNamespace(read_bytes=lambda: read_bytes(path)))
+    return read
+
+
+@pytest.mark.parametrize("environ, in_effect", [
+    (b"HOME=/root\0PYTHONHASHSEED=42\0LANG=C.UTF-8\0", "42"), (b"HOME=/root\0", "random"),
+    (b"PYTHONHASHSEED=\0", "random"), (b"PYTHONHASHSEEDS=1\0MY_PYTHONHASHSEED=3\0", "random")])
+def test_the_hash_seed_in_effect_is_the_one_the_process_started_with_not_one_set_since(environ, in_effect,
+                                                                                        monkeypatch):
+    monkeypatch.setenv("PYTHONHASHSEED", "7")  # set since the start: not in effect
+    read = started_with(monkeypatch, environ)
+    assert hash_seed_in_effect() == in_effect and read == ["/proc/self/environ"]
+
+
+def test_without_proc_the_hash_seed_in_effect_is_what_the_environment_says(monkeypatch):
+    read = started_with(monkeypatch, None)  # macOS, Windows
+    monkeypatch.setenv("PYTHONHASHSEED", "7")
+    assert hash_seed_in_effect() == "7" and read == ["/proc/self/environ"]
+    monkeypatch.delenv("PYTHONHASHSEED")
+    assert hash_seed_in_effect() == "random"
+
+
+def interpreter(monkeypatch, ignore_environment: int = 0) -> SimpleNamespace:
+    """A stand-in for sys as restart_with_hash_seed sees it: `python -m my_project --seed 5`."""
+    flushed = []
+    stand_in = SimpleNamespace(flags=SimpleNamespace(ignore_environment=ignore_environment),
+                               executable="/venv/bin/python", orig_argv=["python", "-m", PACKAGE, "--seed", "5"],
+                               stdout=SimpleNamespace(flush=lambda: flushed.append("stdout")), stderr=io.StringIO(),
+                               flushed=flushed)
+    stand_in.stderr.flush = lambda: flushed.append("stderr")
+    monkeypatch.setattr(repro, "sys", stand_in)
+    return stand_in
+
+
+def test_the_restart_execs_the_same_command_with_the_hash_seed_set_after_flushing_the_output(monkeypatch):
+    """What the restart tests above see through processes, in this one: os.execv (a stand-in)
+    replaces the process by the same interpreter and arguments, with the seed in its environment."""
+    python, started = interpreter(monkeypatch), []
+    monkeypatch.setenv("PYTHONHASHSEED", "1")  # restored after the test
+    monkeypatch.setattr(repro, "hash_seed_in_effect", lambda: "random")
+    monkeypatch.setattr(os, "execv", lambda path, argv: started.append((path, argv, os.environ["PYTHONHASHSEED"],
+                                                                       list(python.flushed))))
+    restart_with_hash_seed(5)
+    assert started == [("/venv/bin/python", ["/venv/bin/python", "-m", PACKAGE, "--seed", "5"], "5",
+                        ["stdout", "stderr"])]
+    monkeypatch.setattr(repro, "hash_seed_in_effect", lambda: "5")  # the restarted interpreter: it goes on
+    restart_with_hash_seed(5)
+    assert len(started) == 1
+
+
+def test_under_python_dash_e_the_hash_seed_is_random_and_the_restart_warns_instead_of_looping(monkeypatch):
+    python = interpreter(monkeypatch, ignore_environment=1)
+    started_with(monkeypatch, b"PYTHONHASHSEED=5\0")
+    assert hash_seed_in_effect() == "random"
+    monkeypatch.setattr(os, "execv", lambda path, argv: pytest.fail("restarted under -E"))
+    restart_with_hash_seed(5)
+    assert python.stderr.getvalue() == ("warning: python -E ignores PYTHONHASHSEED, so string hashing stays random "
+                                        "(wanted 5)\n")
 
 
 @pytest.mark.parametrize("device, seeded", [("cpu", []), ("cuda", ["cuda"]), ("mps", ["mps"])])

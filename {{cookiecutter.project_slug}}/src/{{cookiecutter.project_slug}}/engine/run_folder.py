@@ -129,7 +129,9 @@ def lock_holder(folder: Path) -> str:
     try:
         pids = [line.split()[4] for line in Path("/proc/locks").read_text().splitlines()
                 if "FLOCK" in line and line.split()[5] == device]
-        command = " ".join(Path(f"/proc/{pids[0]}/cmdline").read_bytes().decode(errors="replace").split())
+        # cmdline holds the arguments each ended by a NUL byte, which str.split() keeps
+        arguments = Path(f"/proc/{pids[0]}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        command = " ".join(" ".join(arguments).split())
     except (OSError, IndexError):
         return "another process"
     return f"process {pids[0]} ({command[:120]})" if command else f"process {pids[0]}"
