@@ -17,6 +17,7 @@ from {{ cookiecutter.project_slug }}.config import (
     build_parser,
     config_to_flags,
     effect_of,
+    flag,
     integer,
     number,
     parse_command_line,
@@ -24,6 +25,7 @@ from {{ cookiecutter.project_slug }}.config import (
     run_folder,
 )
 from {{ cookiecutter.project_slug }}.config import setting as make_setting
+from {{ cookiecutter.project_slug }}.engine.cli import prog
 
 
 def test_every_flag_shows_its_default_in_help():
@@ -211,6 +213,11 @@ def test_a_setting_holds_its_default_help_check_choices_and_effect():
      "--decay-steps 9 is not after --warmup-steps 9: the cosine decays from the end of the warm-up to step "
      "--decay-steps"),
     (dict(beta2=0.95), "--beta2 is AdamW's: add --optimizer adamw (SGD's one coefficient is --momentum)"),
+    (dict(parallel="fsdp", precision="fp16"),
+     "--precision fp16 needs a loss scale that all shards agree on, which this FSDP set-up does not have: use "
+     "--precision bf16 (no loss scale needed) with --parallel fsdp"),
+    (dict(parallel="fsdp", compile=True),
+     "--compile is not set up for --parallel fsdp here: leave out --compile, or use --parallel ddp"),
     (dict(batch_size=10, accumulate=4),
      "--batch-size 10 is not a multiple of 1 process(es) x 4 micro-batch(es) per step, so they cannot share it "
      "equally"),
@@ -233,3 +240,25 @@ def test_an_empty_out_and_a_config_json_of_unknown_settings_are_refused_in_one_l
     with pytest.raises(ValueError) as refused:
         Config.from_dict({**Config().to_dict(), "momentun": 0.9, "learning_rate": 0.1})
     assert str(refused.value) == "it has settings that this code does not know: learning_rate, momentun"
+
+
+def test_the_help_names_the_command_each_flags_argument_and_what_each_option_of_a_run_does():
+    """`python -m PACKAGE.train --help`: a setting's argument by its name (or its choices), a switch none."""
+    parser = build_parser()
+    text = " ".join(parser.format_help().split())
+    assert parser.prog == prog("train") and text.startswith(f"usage: {prog('train')} ")
+    assert parser.description == "Train the model reproducibly; every run writes a folder that records what it did."
+    for setting in FLAGS:
+        if isinstance(setting.default, bool):
+            assert f"{flag(setting.name)} " in text and f"{flag(setting.name)} {setting.name.upper()}" not in text
+        elif setting.metadata["choices"]:
+            choices = "{" + ",".join(setting.metadata["choices"]) + "}"
+            assert f"{flag(setting.name)} " + choices in text, setting.name
+        else:
+            assert f"{flag(setting.name)} {setting.name.upper()}" in text, setting.name
+    for option in ("--out OUT run folder (default: runs/seed<SEED>)",
+                   "--overwrite replace the run already in --out (default: off)",
+                   "--resume continue the run in --out from its newest intact checkpoint (default: off)",
+                   "--stop-after-steps N stop after N optimizer steps, with a checkpoint, as if interrupted (verify "
+                   "and doctor use it to check the first steps of a long run) (default: none)"):
+        assert option in text, option

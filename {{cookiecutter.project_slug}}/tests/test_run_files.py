@@ -219,6 +219,7 @@ def device_of(folder) -> str:
 @pytest.mark.parametrize("command, named", [
     (b"python\0-m\0my_project\0--out\0runs/a\0", "process 4242 (python -m my_project --out runs/a)"),
     (b"", "process 4242"),  # a process that has just ended has no command line
+    (b"python\0caf\xe9.py\0", "process 4242 (python caf\ufffd.py)"),  # a name in another encoding than UTF-8
     (b"python\0" + b"x" * 200 + b"\0", "process 4242 (python " + "x" * 113 + ")")])  # 120 characters of it
 def test_the_writer_of_a_folder_is_named_by_its_process_id_and_command(command, named, tmp_path, monkeypatch):
     here = device_of(tmp_path)

@@ -254,16 +254,14 @@ def build_parser() -> argparse.ArgumentParser:
         options = {"default": argparse.SUPPRESS, "help": f"{meta['help']} (default: {default})"}
         if isinstance(default, bool):
             parser.add_argument(flag(setting_field.name), action="store_true", **options)
-        else:
-            metavar = None if meta["choices"] else setting_field.name.upper()
-            parser.add_argument(flag(setting_field.name), type=meta["parse"], choices=meta["choices"],
-                                metavar=metavar, **options)
+        else:  # argparse shows the argument as its choices, or as the setting's name: --lr LR
+            parser.add_argument(flag(setting_field.name), type=meta["parse"], choices=meta["choices"], **options)
     # How to run, not what to compute: never part of the config.
-    parser.add_argument("--out", type=run_folder, default=None, help="run folder (default: runs/seed<SEED>)")
+    parser.add_argument("--out", type=run_folder, help="run folder (default: runs/seed<SEED>)")
     parser.add_argument("--overwrite", action="store_true", help="replace the run already in --out (default: off)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out from its newest intact checkpoint (default: off)")
-    parser.add_argument("--stop-after-steps", type=integer(1), default=None, metavar="N",
+    parser.add_argument("--stop-after-steps", type=integer(1), metavar="N",
                         help="stop after N optimizer steps, with a checkpoint, as if interrupted (verify and "
                              "doctor use it to check the first steps of a long run) (default: none)")
     return parser
