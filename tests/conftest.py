@@ -147,7 +147,7 @@ def background_suites(request, tmp_path_factory) -> dict[str, Future]:
             futures[name].set_exception(error)
             continue
         futures[name] = pool.submit(run_generated_suite, project, *suite.selection,
-                                    timeout=SUITE_TIMEOUT, started=started)
+                                    timeout=SUITE_TIMEOUT, started=started, report=folder / "report.xml")
     yield futures
     pool.shutdown(wait=False, cancel_futures=True)
     for process in started:  # a session stopped early (-x, Ctrl-C) leaves no suite running
@@ -155,12 +155,14 @@ def background_suites(request, tmp_path_factory) -> dict[str, Future]:
 
 
 def run_generated_suite(project: Path, *selection: str, timeout: int = SUITE_TIMEOUT,
-                        started: list | None = None) -> subprocess.CompletedProcess:
+                        started: list | None = None, report: Path | None = None) -> subprocess.CompletedProcess:
     """`pytest -q [selection]` in a baked project, from an environment without this session's
     PYTEST_ variables; fails with the end of its output unless it passed. Its own process group, so
-    that a teardown can stop it and all it started (`started` gets the process)."""
+    that a teardown can stop it and all it started (`started` gets the process). With `report`,
+    pytest writes its JUnit XML there (each test's outcome), and the result's `.report` names it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    process = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selection],
+    junit = () if report is None else (f"--junitxml={report}",)
+    process = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selection, *junit],
                                cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                start_new_session=True)
     if started is not None:
@@ -171,6 +173,7 @@ def run_generated_suite(project: Path, *selection: str, timeout: int = SUITE_TIM
         stop_group(process)
         stdout, stderr = process.communicate()
     result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    result.project, result.report = project, report
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert " passed" in result.stdout and " failed" not in result.stdout
     return result

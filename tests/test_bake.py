@@ -263,7 +263,18 @@ def test_the_license_names_the_author(baked):
         baked.context["license"]] in text
 
 
+def bake_with_every_readme_route(folder: Path, name: str) -> Path:
+    """The combination `name` baked, then changed by every route of its README's "Changing the
+    settings" (test_routes.py, which waits on this suite): the routes ride on a suite that runs
+    anyway, since they change what its task reads and its defaults, not what its options chose."""
+    from test_routes import take_every_route  # imported here: that module reads SUITES from this one
+
+    return take_every_route(bake(folder, COMBINATIONS[name]))
+
+
 # The generated suites, run in the background from the session's start (conftest.background_suites).
+# The digits combination's plain suite is also that of the README's routes (ROUTED).
+ROUTED = "digits_warn_bsd_no_actions"
 SUITES = {
     "defaults -m slow": Suite(lambda folder: bake(folder, COMBINATIONS["defaults"]), ("-m", "slow"), minutes=8),
     **{f"{name} -m distributed": Suite(lambda folder, name=name: bake(folder, COMBINATIONS[name]),
@@ -272,12 +283,14 @@ SUITES = {
     **{name: Suite(lambda folder, name=name: bake(folder, COMBINATIONS[name]),
                    minutes=1 if COMBINATIONS[name].get("scope") == "teaching" else 4)
        for name in COMBINATIONS},
+    ROUTED: Suite(lambda folder: bake_with_every_readme_route(folder, ROUTED), minutes=4),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("combination", [pytest.param(name, marks=pytest.mark.suite(name)) for name in COMBINATIONS])
 def test_the_generated_test_suite_passes(combination, background_suites):
+    """The whole plain suite of each combination (ROUTED's with the README's routes taken)."""
     background_suites[combination].result()
 
 

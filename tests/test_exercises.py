@@ -7,10 +7,10 @@ passes. An exercise has one README for both sizes (and one test that catches it 
 patch is one file, or one per size where the code it breaks differs by size. And the README's
 proof matrix names only tests and exercises that exist.
 
-Speed: the tests that the exercises name all run once on the unbroken project, in one pytest run
-(several share its training runs); then each patch gets one pytest run of its named test alone.
-A revert that gives back the committed tree byte for byte leaves the project on which that single
-run passed, so the named test passes again without a run of its own.
+Speed: that each named test passes on the project as generated is read from the JUnit report of
+that project's whole suite, which test_bake.py runs in the background anyway (same options, so the
+same files); each patch then gets one pytest run of its named test alone. A revert that gives back
+the committed tree byte for byte leaves that project, so the test passes again without a run.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 import pytest
-from conftest import ROOT, TEMPLATE_DIR, load, post_gen
+from conftest import COOKIECUTTER_JSON, ROOT, TEMPLATE_DIR, load, post_gen
+from test_bake import COMBINATIONS
+from test_bake import SUITES as BAKE_SUITES
 
 breaks = load("breaks", ROOT / "scripts" / "breaks.py")
 
@@ -131,20 +133,6 @@ def projects(cookies_session) -> dict[str, Path]:
         make_committed_repository(result.project_path)
         baked[scope] = result.project_path
     return baked
-
-
-@pytest.fixture(scope="module")
-def unbroken(projects, tmp_path_factory) -> dict[str, dict[str, set[str]]]:
-    """Every named test, run once on each size's project as generated: size -> test id -> outcomes."""
-    found = {}
-    for scope, project in projects.items():
-        assert unchanged(project)
-        report = tmp_path_factory.mktemp(f"unbroken_{scope}") / "report.xml"
-        named = sorted({caught_by(exercise) for exercise in EXERCISES if scope in SIZES[exercise]})
-        result = run_tests(project, f"--junitxml={report}", *named)
-        assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
-        found[scope] = outcomes(report)
-    return found
 
 
 def test_there_are_exercises_and_each_has_two_readmes_one_caught_by_line_and_a_patch():
@@ -253,8 +241,8 @@ def test_every_test_and_exercise_the_proof_matrix_names_exists(scope, projects):
 @pytest.mark.slow
 @pytest.mark.parametrize("scope, exercise", IN_EACH_SIZE,
                          ids=[f"{scope}:{exercise}" for scope, exercise in IN_EACH_SIZE])
-def test_a_break_patch_makes_its_named_test_fail_and_comes_off_again(scope, exercise, projects, unbroken):
-    project, unbroken = projects[scope], unbroken[scope]
+def test_a_break_patch_makes_its_named_test_fail_and_comes_off_again(scope, exercise, projects):
+    project = projects[scope]
     named, patch = caught_by(exercise), f"exercises/{exercise}/break.patch"
     assert unchanged(project), "an earlier exercise left the project changed"
     check = git(project, "apply", "--check", patch)
@@ -271,12 +259,32 @@ def test_a_break_patch_makes_its_named_test_fail_and_comes_off_again(scope, exer
     if broken is not None:
         assert broken.returncode == 1 and re.search(r"\d+ (failed|errors?)\b", broken.stdout), (
             f"{named} did not fail with {patch} applied (exit status {broken.returncode}):\n{broken.stdout[-3000:]}")
-    # The tree is the committed one again, on which the named test passed (skipped: GPU-only, no GPU here).
-    allowed = {"passed", "skipped"} if gpu_only(exercise) else {"passed"}
-    assert unbroken.get(named) and unbroken[named] <= allowed, f"{named} on the unbroken project: {unbroken.get(named)}"
+    # That the named test passes on the tree as committed: the next test, from the whole suite's run.
     if broken is None:
         pytest.skip(f"{exercise}: the patch applies and comes off cleanly, but {named} is not run with it: its "
                     f"README says '{GPU_ONLY}' (what it breaks, a CPU does not run)")
+
+
+# Each size's exercises are baked (the projects fixture) as test_bake.py's combination of that name
+# bakes, whose whole suite runs in the background anyway: its report says how each named test did on
+# the project as generated, without running them a second time.
+AS_GENERATED = {"research": "defaults", "teaching": "teaching"}
+SUITES = {name: BAKE_SUITES[name] for name in AS_GENERATED.values()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scope", [pytest.param(scope, marks=pytest.mark.suite(AS_GENERATED[scope]))
+                                   for scope in breaks.SCOPES])
+def test_each_exercises_named_test_passes_on_the_project_as_generated(scope, background_suites):
+    defaults = {key: value[0] if isinstance(value, list) else value for key, value in COOKIECUTTER_JSON.items()}
+    context = {**defaults, **COMBINATIONS[AS_GENERATED[scope]]}
+    assert (context["exercises"], context["language"], context["scope"]) == (True, "en", scope), (
+        "the combination is no longer the project the exercises are baked as")
+    found = outcomes(background_suites[AS_GENERATED[scope]].result().report)
+    for exercise in EXERCISES:
+        if scope in SIZES[exercise]:  # skipped: GPU-only, no GPU here
+            named, allowed = caught_by(exercise), {"passed", "skipped"} if gpu_only(exercise) else {"passed"}
+            assert found.get(named) and found[named] <= allowed, f"{exercise}: {named} gave {found.get(named)}"
 
 
 def test_the_readme_quotes_the_committed_kill_ratio_of_the_mutation_suite_as_it_is():

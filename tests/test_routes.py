@@ -1,14 +1,15 @@
 """Every way the generated README tells a user to change the settings keeps the suite green when
 done as it says ("Changing the settings"), and fails, naming the place, when a step is left out.
 
-One fresh research project gets all the changes at once, each made the way a user makes it:
+One research project gets all the changes at once, each made the way a user makes it:
 - change what a setting affects: task.py stops reading --dropout, and config.py says so
   (effect "execution");
 - add a setting: --init-scale, a field of Config that task.py reads, with its row in the README's
   flags table;
 - change a default: --width 16 -> 24, in config.py and in the table.
-Then its whole plain suite runs. The negative controls leave out one step each and run only the
-test that must catch it.
+Then its whole plain suite runs: that project is test_bake.py's digits combination, whose suite runs
+there with the routes taken (ROUTED). The negative controls leave out one step each, in a fresh
+project of the defaults, and run only the test that must catch it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, load
+from test_bake import ROUTED
+from test_bake import SUITES as BAKE_SUITES
 
 tasks = load("tasks_benchmark", ROOT / "benchmarks" / "tasks.py")
 pytestmark = pytest.mark.slow
@@ -78,17 +81,26 @@ def suite(project: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=1800)
 
 
-def test_every_route_of_the_readme_done_as_it_says_keeps_the_whole_suite_green(tmp_path):
-    project = tasks.make_project(tmp_path)
+def take_every_route(project: Path) -> Path:
+    """The project with every route of its README's "Changing the settings" taken, as it says."""
     readme = (project / "README.md").read_text(encoding="utf-8")
     assert "### Changing the settings" in readme and "tests/test_routes.py" in readme
     ignore_dropout(project)
     add_init_scale(project)
     widen_by_default(project)
-    result = suite(project)
-    summary = (result.stdout.strip().splitlines() or [result.stderr[-2000:]])[-1]
-    assert result.returncode == 0, result.stdout[-5000:]
-    assert " passed" in summary and "failed" not in summary and "error" not in summary, summary
+    return project
+
+
+# The routes ride on a research combination whose whole suite test_bake.py runs anyway (the routes
+# change what its task reads and its defaults, not what its options chose): one suite, not two.
+SUITES = {ROUTED: BAKE_SUITES[ROUTED]}
+
+
+@pytest.mark.suite(ROUTED)
+def test_every_route_of_the_readme_done_as_it_says_keeps_the_whole_suite_green(background_suites):
+    result = background_suites[ROUTED].result()  # its whole plain suite passed, routes taken
+    project = result.project
+    assert "init_scale" in (project / "src" / project.name / "config.py").read_text(encoding="utf-8")
     # The new setting was perturbed and changed the weights; the ignored one left them.
     perturbed = suite(project, "tests/test_settings.py", "-rA", "-k", "init_scale or dropout")
     assert re.search(r"PASSED \S+::\S+_changes_them\[init_scale\]", perturbed.stdout), perturbed.stdout[-3000:]
