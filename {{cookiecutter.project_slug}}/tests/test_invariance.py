@@ -9,6 +9,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.train import main
 
@@ -117,6 +119,40 @@ def test_the_hash_seed_scan_leaves_every_malformed_command_line_to_train():
     assert seed_from_command_line(["--resume", "--out"], 5) == "5"
     assert seed_from_command_line(["--seed=9"], 5) == "9"
     assert seed_from_command_line(["--out", "x", "--seed", "8"], 5) == "8"
+
+
+@pytest.mark.parametrize("command, as_train", [
+    (["python", "-m", "PKG.train"], True),
+    (["python", "-mPKG.train", "--seed", "3"], True),
+    (["python", "-u", "-m", "PKG.train"], True),  # a flag with no value
+    (["python", "-W", "error", "-m", "PKG.train"], True),  # the two options whose value is the next word
+    (["python", "-X", "importtime", "-m", "PKG.train"], True),
+    (["python", "-X", "importtime", "-W", "error", "-m", "PKG.train"], True),
+    (["python", "-m", "PKG.verify"], False),
+    (["python", "-m"], False),
+    (["python", "-c", "import PKG.train"], False),
+    (["python", "train.py"], False),
+])
+def test_the_interpreter_is_seen_started_as_the_training_module_whatever_its_options(command, as_train, monkeypatch):
+    """What decides whether train fixes PYTHONHASHSEED by relaunching: `python -X importtime -m
+    ...train` is the training module as much as `python -m ...train` is."""
+    from {{ cookiecutter.project_slug }}.engine.startup import started_as_module
+
+    monkeypatch.setattr(sys, "orig_argv", [word.replace("PKG", PACKAGE) for word in command])
+    assert started_as_module(f"{PACKAGE}.train") is as_train
+
+
+@pytest.mark.parametrize("seed, fixed", [("0", True), ("7", True), ("MAX", True), ("MAX+1", False), ("-1", False),
+                                         ("x", False)])
+def test_every_seed_train_accepts_fixes_the_hash_seed_before_torch_loads_the_largest_too(seed, fixed):
+    """The relaunch's variables: PYTHONHASHSEED from any seed in 0 .. MAX_SEED; none from a seed that
+    train's parser refuses, so that train says why in one line instead of a relaunch."""
+    from {{ cookiecutter.project_slug }}.engine.startup import hash_seed_for, run_environment
+    from {{ cookiecutter.project_slug }}.utils.repro import MAX_SEED
+
+    seed = seed.replace("MAX+1", str(MAX_SEED + 1)).replace("MAX", str(MAX_SEED))
+    wanted = run_environment(["--seed", seed], 5)
+    assert wanted.get("PYTHONHASHSEED") == (hash_seed_for(int(seed)) if fixed else None)
 
 
 def test_python_dash_m_the_package_lists_its_commands():

@@ -133,6 +133,25 @@ def regression_state(config: Config) -> TrainingState:
     return TrainingState(model, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False))
 
 
+def test_under_ddp_only_the_last_micro_batch_of_a_window_all_reduces_its_gradients(tmp_path):
+    """A real DistributedDataParallel, in a process group of one: the micro-batches before a
+    window's last add up locally (DDP's no_sync), and the last one's backward pass all-reduces."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = DistributedDataParallel(torch.nn.Linear(2, 1))
+        with distributed.no_sync(model, last_micro_batch=False):
+            assert model.require_backward_grad_sync is False
+        with distributed.no_sync(model, last_micro_batch=True):
+            assert model.require_backward_grad_sync is True
+        with distributed.no_sync(torch.nn.Linear(2, 1), last_micro_batch=False):  # no DDP: nothing to hold back
+            pass
+    finally:
+        dist.destroy_process_group()
+
+
 @pytest.mark.parametrize("batch, accumulate", [(16, 2), (24, 3)])
 def test_a_step_of_accumulated_micro_batches_is_the_step_a_plain_loop_takes_on_the_whole_batch(
         batch, accumulate, monkeypatch):

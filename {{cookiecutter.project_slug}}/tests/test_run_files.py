@@ -18,6 +18,7 @@ import torch
 
 from {{ cookiecutter.project_slug }}.config import Config
 from {{ cookiecutter.project_slug }}.engine import run_folder
+from {{ cookiecutter.project_slug }}.engine.files import atomic_write
 from {{ cookiecutter.project_slug }}.engine.run_folder import (
     ERROR_LOG,
     MetricsLog,
@@ -28,6 +29,7 @@ from {{ cookiecutter.project_slug }}.engine.run_folder import (
     write_error_log,
     write_result,
 )
+from {{ cookiecutter.project_slug }}.engine.world_sizes import history_on_resume, write_world_sizes
 from {{ cookiecutter.project_slug }}.utils.repro import state_dict_sha256
 
 NAMES = ("loss", "accuracy")  # any task's figures: "loss" first, then its metrics
@@ -152,6 +154,35 @@ def test_a_finished_run_clears_the_failure_before_it_and_every_interrupted_write
     clear_leftovers(out)
     assert sorted(path for path in out.rglob("*") if "inside" not in path.parts) == sorted(kept + kept_folders + [
         out / "checkpoints"])
+
+
+@pytest.mark.parametrize("name", ["model.pt", "checkpoints/step_4.pt"])
+def test_the_temporary_file_a_kill_leaves_inside_a_write_is_one_the_next_start_clears(tmp_path, name):
+    """What a kill inside atomic_write leaves (its temporary file, seen while the write runs) is
+    what clear_leftovers removes when the run resumes or finishes, whatever atomic_write names it."""
+    out = tmp_path / "run"
+    target = out / name
+    during = []
+    atomic_write(target, lambda file: during.extend(path for path in target.parent.iterdir() if path != target))
+    [temporary] = during
+    temporary.write_bytes(b"half a file")  # as a kill after the write began leaves it
+    clear_leftovers(out)
+    assert not temporary.exists() and target.exists()
+
+
+def test_a_resume_writes_world_sizes_json_only_when_the_world_size_changed(tmp_path):
+    """A run that never changed its number of processes has no world_sizes.json; one that did has
+    the history from the checkpoint it resumed from, and loses it when it resumes back before it."""
+    checkpoint = {"step": 8, "epoch": 1, "epoch_step": 0}
+    assert history_on_resume([], 2, checkpoint, 2) == []  # resumed with as many processes: no file
+    changed = history_on_resume([], 2, checkpoint, 3)
+    assert changed == [{"step": 0, "world_size": 2}, {**checkpoint, "world_size": 3}]
+    assert history_on_resume(changed, 2, {"step": 12, "epoch": 1, "epoch_step": 4}, 3) == changed
+    assert history_on_resume(changed, 2, {"step": 4, "epoch": 0, "epoch_step": 4}, 2) == []  # back before it
+    write_world_sizes(tmp_path, changed)
+    assert json.loads((tmp_path / "world_sizes.json").read_text()) == {"world_sizes": changed}
+    write_world_sizes(tmp_path, [])
+    assert not (tmp_path / "world_sizes.json").exists()
 
 
 def test_a_leftover_that_cannot_be_removed_or_is_gone_meanwhile_does_not_fail_a_finished_run(tmp_path, monkeypatch):
