@@ -179,6 +179,10 @@ def test_a_resume_writes_world_sizes_json_only_when_the_world_size_changed(tmp_p
     assert changed == [{"step": 0, "world_size": 2}, {**checkpoint, "world_size": 3}]
     assert history_on_resume(changed, 2, {"step": 12, "epoch": 1, "epoch_step": 4}, 3) == changed
     assert history_on_resume(changed, 2, {"step": 4, "epoch": 0, "epoch_step": 4}, 2) == []  # back before it
+    # Resumed from the very checkpoint of the change: what the run did from there on is done again.
+    again = history_on_resume(changed, 2, checkpoint, 4)
+    assert again == [{"step": 0, "world_size": 2}, {**checkpoint, "world_size": 4}]
+    assert history_on_resume(changed, 2, checkpoint, 2) == []
     write_world_sizes(tmp_path, changed)
     assert json.loads((tmp_path / "world_sizes.json").read_text()) == {"world_sizes": changed}
     write_world_sizes(tmp_path, [])

@@ -278,6 +278,14 @@ def test_a_run_of_nanogpts_recipe_killed_inside_an_accumulation_window_resumes_t
     assert runs["killed"].weights == runs["reference"].weights
 
 
+@pytest.mark.parametrize("batches, accumulate, steps", [(8, 1, 8), (8, 4, 2), (9, 4, 3), (10, 4, 3), (3, 4, 1)])
+def test_an_epochs_optimizer_steps_count_an_uneven_last_window_as_one(batches, accumulate, steps):
+    """The schedule's length: a last window of fewer than --accumulate micro-batches still steps."""
+    from {{ cookiecutter.project_slug }}.train import steps_per_epoch
+
+    assert steps_per_epoch(range(batches), Config(accumulate=accumulate)) == steps
+
+
 def test_an_accumulating_runs_schedule_spans_its_optimizer_steps_not_its_micro_batches(accumulated):
     """Each row's lr is nanoGPT's get_lr over the run's real step count: warm-up from the first
     step, --min-lr at the last (a schedule counted in micro-batches would be 4 times too long)."""
