@@ -170,6 +170,17 @@ def test_compare_finds_a_log_cut_short_different(runs, tmp_path, capsys):
     assert f"one log has {len(lines) - 1} rows, the other {len(lines) - 4}" in capsys.readouterr().out
 
 
+def test_compare_never_calls_two_unfinished_runs_identical_for_their_rows_alone(runs, tmp_path, capsys):
+    """IDENTICAL needs the weights' hash too: two runs stopped before the end have none to compare."""
+    copies = [shutil.copytree(runs["seed7"].path, tmp_path / name) for name in ("a", "b")]
+    for copy in copies:  # as a run leaves its folder until it finishes
+        (copy / "model.pt").unlink()
+        (copy / "summary.json").unlink()
+    assert compare.main([str(copy) for copy in copies]) == 1
+    out = capsys.readouterr().out
+    assert "(unfinished)" in out and out.strip().splitlines()[-1] == "DIFFERENT"
+
+
 def test_verify_finds_other_final_weights_even_when_every_row_is_equal(runs, tmp_path):
     run = runs["seed7"]
     copy = shutil.copytree(run.path, tmp_path / "other-weights")
@@ -285,6 +296,30 @@ def test_doctor_given_a_run_trials_that_runs_settings_not_the_defaults(runs, mon
         assert {name: value for name, value in trial.items() if name not in ("checkpoint_every", "world_size")} == \
             {name: value for name, value in run.config.items() if name not in ("checkpoint_every", "world_size")}
         assert args.stop_after_steps == 2
+
+
+@pytest.mark.parametrize("typed, runs_mode, checked", [
+    ("off", "strict", "off"), ("warn", None, "warn"), (None, "warn", "warn"), (None, None, "the default")])
+def test_doctor_checks_the_mode_typed_first_then_the_runs_then_the_projects_default(typed, runs_mode, checked):
+    from types import SimpleNamespace
+
+    from {{ cookiecutter.project_slug }}.config import Config
+
+    run = None if runs_mode is None else SimpleNamespace(config={"deterministic": runs_mode})
+    assert doctor.mode_to_check(typed, run) == (Config().deterministic if checked == "the default" else checked)
+
+
+@pytest.mark.parametrize("mode", ["off", "warn", "strict"])
+def test_doctor_trials_a_runs_settings_in_the_mode_it_checks_not_the_mode_the_run_recorded(mode, runs):
+    """train's parser keeps the last of a repeated flag: the mode checked must come after the run's."""
+    import dataclasses
+
+    from {{ cookiecutter.project_slug }}.config import parse_command_line
+
+    recorded = "strict" if mode != "strict" else "off"
+    run = dataclasses.replace(runs["seed7"], config={**runs["seed7"].config, "deterministic": recorded})
+    _, args = parse_command_line(doctor.trial_flags(run, mode, "cpu", 3))
+    assert (args.deterministic, args.stop_after_steps, args.seed) == (mode, 3, run.config["seed"])
 
 
 def test_doctor_quick_does_not_claim_that_runs_repeat(capsys):
