@@ -18,8 +18,8 @@ breaks/mutants.toml gives each survivor its verdict, and why.
 It is a maintainer's task, not part of CI (its time is in the record). The tests it tries against
 a mutant are the plain tier's that call the mutated function within four calls of the package's
 own code (mutmut's max_stack_depth): its unit tests, not every training run that passes through
-it. A test that needs the six runs of the session fixture, or starts a process itself, is left
-out: each mutant runs in a fresh process, which would train them all again. (A run the package
+it. A test that reads the session fixture's runs, or starts a process itself, is left out:
+each mutant runs in a fresh process, which would train them again. (A run the package
 itself starts as a child, as study does, runs the mutant too; while mutmut records which tests
 reach which function, such a child runs the code unmutated.) Whether the whole suite catches a
 break is kill-ratio's question (scripts/breaks.py). tests/test_exercises.py checks that the
@@ -81,8 +81,8 @@ else:
 
 '''
 
-# Appended to the scratch bake's tests/conftest.py: leaves out the tests that need the six runs of
-# the session fixture (each mutant runs in a fresh process, which would train them again) and
+# Appended to the scratch bake's tests/conftest.py: leaves out the tests that read the runs of the
+# session fixture (each mutant runs in a fresh process, which would train them again) and
 # those that start a training child.
 SELECT = '''
 
