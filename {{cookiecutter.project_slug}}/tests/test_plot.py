@@ -178,6 +178,13 @@ def test_identical_runs_are_one_curve_labelled_as_identical_and_different_ones_t
     assert shown["legend"] == ["a, b: 2 runs, identical", "c"]
 
 
+def test_runs_that_differ_in_one_validation_figure_alone_are_two_curves(runs):
+    same = plot.run_series(runs["seed7"])
+    for name, values in same["val"].items():  # the loss and each of the task's figures, in turn
+        other = {**same, "val": {**same["val"], name: [*values[:-1], values[-1] + 1.0]}}
+        assert texts(plot.figure_of({"a": same, "b": other}))["legend"] == ["a", "b"], name
+
+
 def test_a_run_that_stopped_on_a_non_finite_step_says_so_in_its_label(runs):
     series = {**plot.run_series(runs["seed7"]), "non_finite_step": 5}
     assert texts(plot.figure_of({"run": series}))["legend"] == ["run (not finite from step 5)"]

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from {{ cookiecutter.project_slug }} import compare, study, task
+from {{ cookiecutter.project_slug }}.config import EXECUTION_ONLY, build_parser
+from {{ cookiecutter.project_slug }}.engine.run_folder import out_dir_refusal
 from {{ cookiecutter.project_slug }}.engine.statistics import statistics_of, t_975
 
 from conftest import BATCH, PACKAGE, SAMPLES, once, read_run, start, value_of, wait_until
@@ -70,6 +72,31 @@ def test_another_result_setting_for_an_existing_study_is_refused(tmp_path, capsy
     assert f"lr: {study.Config().lr} -> {lr}" in capsys.readouterr().err
 
 
+SHARED = [name for name in study.Config().to_dict() if name != "seed"]  # what a study's runs share
+
+
+def study_with_one_setting_changed(folder: Path, name: str) -> tuple[dict, dict]:
+    """A study.json in `folder` of the default settings; those settings, and them with `name` changed."""
+    shared = {key: value for key, value in study.Config().to_dict().items() if key in SHARED}
+    (folder / "study.json").write_text(json.dumps({"config": shared, "seeds": [0], "runs": None}))
+    return shared, {**shared, name: "another value"}
+
+
+@pytest.mark.parametrize("name", [name for name in SHARED if name in EXECUTION_ONLY])
+def test_a_study_goes_on_under_another_execution_setting(name, tmp_path):
+    shared, changed = study_with_one_setting_changed(tmp_path, name)
+    assert study.check_study_folder(tmp_path, changed)["config"] == shared
+
+
+@pytest.mark.parametrize("name", [name for name in SHARED if name not in EXECUTION_ONLY])
+def test_a_study_refuses_to_go_on_under_another_result_setting(name, tmp_path, capsys):
+    shared, changed = study_with_one_setting_changed(tmp_path, name)
+    with pytest.raises(SystemExit) as exit_info:
+        study.check_study_folder(tmp_path, changed)
+    assert exit_info.value.code == 2
+    assert f"{name}: {shared[name]!r} -> 'another value'" in capsys.readouterr().err
+
+
 def test_summarise_refuses_seed_folders_that_are_not_one_study(runs, tmp_path, capsys):
     """The summary's negative controls: it exists to summarise runs that differ in the seed alone,
     so a run with another setting, or a run filed under another seed's folder, is refused."""
@@ -95,6 +122,35 @@ def test_summarise_refuses_seed_folders_that_are_not_one_study(runs, tmp_path, c
     edited = study_folder("edited_by_hand", "seed7", "seed8")
     (edited / "seed-8" / "config.json").write_text(json.dumps({**config, "lr": "fast"}))
     assert f"{Path('seed-8', 'config.json')}: its lr is 'fast', which is not a number" in refused(edited)
+
+
+def test_summarise_heads_its_table_with_the_figure_metric_names_and_refuses_one_the_runs_lack(runs, tmp_path, capsys):
+    for seed, run in (("7", "seed7"), ("8", "seed8")):
+        shutil.copytree(runs[run].path, tmp_path / f"seed-{seed}")
+    for name in runs["seed7"].metric_names:  # every figure the runs record, the loss and the task's
+        assert study.main(["--seeds", "7,8", "--out", str(tmp_path), "--summarise", "--metric", name]) == 0
+        assert json.loads((tmp_path / "study.json").read_text())["headline"] == f"val_{name}"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        study.main(["--seeds", "7,8", "--out", str(tmp_path), "--summarise", "--metric", "no_such_figure"])
+    recorded = ", ".join(runs["seed7"].metric_names)
+    assert exit_info.value.code == 2
+    assert f"--metric no_such_figure: the runs record {recorded}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("left", [(), ("config.json",), ("config.json", "environment.json", "metrics.csv")],
+                         ids=["nothing", "its config", "its first rows"])
+def test_a_seed_stopped_before_its_first_checkpoint_is_started_again_over_what_it_left(left, tmp_path):
+    """A kill can land before a seed's first checkpoint: running the study again starts that seed
+    afresh, with train told to overwrite what it left (a new run refuses a folder holding one)."""
+    run = tmp_path / "seed-3"
+    run.mkdir()
+    for name in left:
+        (run / name).write_text("{}")
+    action, args = study.command_for(3, tmp_path, list(FLAGS))
+    parsed = build_parser().parse_args(args)
+    assert action == "started" and (parsed.seed, parsed.out) == (3, run)
+    assert out_dir_refusal(parsed.out, parsed.overwrite) is None
 
 
 @pytest.mark.parametrize("out", ["/proc/study", "/sys/study"])
