@@ -6,6 +6,7 @@
     python scripts/breaks.py kill-ratio --only NAME,NAME   # those again (new ones), the rest kept
     python scripts/breaks.py kill-ratio --set independent  # the independent round's breaks, written from the docs
     python scripts/breaks.py kill-ratio --set independent --resume   # those it has no result for yet
+    python scripts/breaks.py kill-ratio --set independent --survivors --tiers distributed,slow   # its survivors
 
 A break replaces one piece of text inside one function (or method, `Class.method`) of one file of
 the package: the text must be there exactly once, so that a change to the code that moves or
@@ -204,36 +205,55 @@ def killed_by(project: Path, brk: Break, tier: list[str]) -> str | None:
     return first_failure(result.stdout) if result.returncode != 0 else None
 
 
-def kill_ratio(kind: str, output: Path, only: list[str], jobs: int, resume: bool, tiers: list[str]) -> int:
+def kill_ratio(kind: str, output: Path, only: list[str], jobs: int, resume: bool, tiers: list[str],
+               survivors: bool = False) -> int:
     """Every break of breaks/`kind`.toml (or those named in `only`, the others kept from `output`;
     with `resume`, those `output` has no result for) against the plain tier, and the survivors
     against the other two; a JSON record of who caught what, and the ratios, into `output`, written
     again after each break (so that a long round can be stopped and resumed). The unbroken project
-    must pass the plain tier first: else every break would count as caught. `jobs` breaks run at a
+    must pass each tier tried first: else every break would count as caught. `jobs` breaks run at a
     time, each in a bake of its own; `tiers`, the tiers tried (all three, unless a round must be
     cut short: then a survivor of them all is recorded as caught by none, and the record says
-    which it tried)."""
+    which it tried). With `survivors`, the breaks that `output` records as caught by none of its
+    tiers are tried against `tiers` (others than its own), each against those it has not met yet;
+    "survivors_tiers" says which each has met, so that such a round too goes on where it stopped."""
     mutations = load(kind)
     names = [brk.name for brk in mutations]
     unknown = sorted(set(only) - set(names))
     if unknown:
         print(f"error: no such break in breaks/{kind}.toml: {', '.join(unknown)}", file=sys.stderr)
         return 2
-    earlier = json.loads(output.read_text(encoding="utf-8")) if (only or resume) and output.exists() else {}
+    reading = only or resume or survivors
+    earlier = json.loads(output.read_text(encoding="utf-8")) if reading and output.exists() else {}
     command = "python scripts/breaks.py kill-ratio" + ("" if kind == "mutations" else f" --set {kind}")
     record = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "command": command, "tiers": tiers, "caught": {}, "first_failure": {}}
-    if earlier and earlier.get("tiers", list(TIERS)) != tiers:
-        print(f"error: {output} tried the tiers {earlier.get('tiers')}, not {tiers}", file=sys.stderr)
-        return 2
-    for brk in mutations:
-        if (only and brk.name not in only) or (resume and brk.name in earlier.get("caught", {})):
-            if brk.name not in earlier.get("caught", {}):
-                print(f"error: {output} has no result for {brk.name}; run it too", file=sys.stderr)
-                return 2
-            record["caught"][brk.name] = earlier["caught"][brk.name]
-            record["first_failure"][brk.name] = earlier.get("first_failure", {}).get(brk.name)
-    todo = [brk for brk in mutations if brk.name not in record["caught"]]
+    if survivors:
+        if not earlier:
+            print(f"error: {output} holds no round whose survivors could be tried", file=sys.stderr)
+            return 2
+        met = sorted(set(tiers) & set(earlier.get("tiers", TIERS)))
+        if met:
+            print(f"error: every break of {output} met the tier {', '.join(met)} already", file=sys.stderr)
+            return 2
+        record.update(tiers=earlier.get("tiers", list(TIERS)), caught=dict(earlier["caught"]),
+                      first_failure=dict(earlier["first_failure"]),
+                      survivors_tiers=dict(earlier.get("survivors_tiers", {})))
+        left = {name: [tier for tier in tiers if tier not in record["survivors_tiers"].get(name, [])]
+                for name, tier in record["caught"].items() if tier is None}
+    else:
+        if earlier and earlier.get("tiers", list(TIERS)) != tiers:
+            print(f"error: {output} tried the tiers {earlier.get('tiers')}, not {tiers}", file=sys.stderr)
+            return 2
+        for brk in mutations:
+            if (only and brk.name not in only) or (resume and brk.name in earlier.get("caught", {})):
+                if brk.name not in earlier.get("caught", {}):
+                    print(f"error: {output} has no result for {brk.name}; run it too", file=sys.stderr)
+                    return 2
+                record["caught"][brk.name] = earlier["caught"][brk.name]
+                record["first_failure"][brk.name] = earlier.get("first_failure", {}).get(brk.name)
+        left = {name: tiers for name in names if name not in record["caught"]}
+    todo = [brk for brk in mutations if left.get(brk.name)]
 
     def write() -> None:
         done = [name for name in names if name in record["caught"]]
@@ -250,17 +270,19 @@ def kill_ratio(kind: str, output: Path, only: list[str], jobs: int, resume: bool
         for copy in range(max(1, min(jobs, len(todo)))):
             projects.put(bake(Path(scratch) / str(copy)))
         project = projects.get()
-        unbroken = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"],
-                                  cwd=project, capture_output=True, text=True, timeout=3600)
+        for tier in (tiers if survivors else ["plain"]):
+            unbroken = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                                       *TIERS[tier]], cwd=project, capture_output=True, text=True, timeout=3600)
+            if unbroken.returncode != 0:
+                print(f"error: the unbroken project fails its {tier} tier:\n{unbroken.stdout[-3000:]}",
+                      file=sys.stderr)
+                return 1
         projects.put(project)
-        if unbroken.returncode != 0:
-            print(f"error: the unbroken project fails its plain tier:\n{unbroken.stdout[-3000:]}", file=sys.stderr)
-            return 1
 
         def run(brk: Break) -> tuple[str | None, str | None]:
             project = projects.get()
             try:
-                for tier in tiers:
+                for tier in left[brk.name]:
                     test = killed_by(project, brk, TIERS[tier])
                     if test is not None:
                         return tier, test
@@ -271,6 +293,9 @@ def kill_ratio(kind: str, output: Path, only: list[str], jobs: int, resume: bool
         with ThreadPoolExecutor(max_workers=projects.qsize()) as pool:
             for brk, (tier, test) in zip(todo, pool.map(run, todo), strict=True):
                 record["caught"][brk.name], record["first_failure"][brk.name] = tier, test
+                if survivors:  # the tiers it met, up to the one that caught it
+                    met = left[brk.name][: left[brk.name].index(tier) + 1] if tier else left[brk.name]
+                    record["survivors_tiers"][brk.name] = [*record["survivors_tiers"].get(brk.name, []), *met]
                 print(f"{brk.name}: {tier or 'SURVIVED'} {test or ''}", flush=True)
                 write()
     write()
@@ -292,6 +317,8 @@ def main() -> int:
                         "result for (a round stopped part-way goes on)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="kill-ratio: breaks tried at a time, each in a bake of its own")
+    parser.add_argument("--survivors", action="store_true", help="kill-ratio: the breaks --out records as "
+                        "caught by none of its tiers, against --tiers (others than its own)")
     parser.add_argument("--only", default="", help="kill-ratio: these breaks (comma-separated) run again, the "
                         "others' results kept from --out")
     args = parser.parse_args()
@@ -302,7 +329,7 @@ def main() -> int:
     if not tiers or set(tiers) - set(TIERS):
         parser.error(f"--tiers takes some of {', '.join(TIERS)}, not {args.tiers!r}")
     return kill_ratio(args.set, output, [name for name in args.only.split(",") if name], args.jobs, args.resume,
-                      tiers)
+                      tiers, args.survivors)
 
 
 if __name__ == "__main__":
