@@ -353,8 +353,10 @@ def test_the_mutation_tool_leaves_out_the_tests_that_start_a_process_and_keeps_t
 def test_the_readme_quotes_the_independent_rounds_record_as_it_is():
     """breaks/kill-ratio-independent.json (`python scripts/breaks.py kill-ratio --set independent`)
     holds results only for breaks of breaks/independent.toml, in its order, with ratios that add up,
-    and the template README quotes them and the date; each break it says survived is in the
-    mutation suite now, with the test written for it."""
+    and the template README quotes them and the date; a break counted as caught by no tier met
+    every tier (the round's own, or those its survivors were tried against with `--survivors`), and
+    one caught by another tier than the plain one met that tier; each break that plain `pytest`
+    missed is in the mutation suite now, with the test written for it."""
     record = json.loads((ROOT / "breaks" / "kill-ratio-independent.json").read_text(encoding="utf-8"))
     names = [brk.name for brk in breaks.load("independent")]
     assert list(record["caught"]) == [name for name in names if name in record["caught"]]
@@ -362,6 +364,10 @@ def test_the_readme_quotes_the_independent_rounds_record_as_it_is():
     assert record["plain"] == f"{caught.count('plain')}/{len(caught)}"
     assert record["all_tiers"] == f"{sum(tier is not None for tier in caught)}/{len(caught)}"
     assert record["tried"] == f"{len(caught)} of {len(names)}"
+    met = {name: {*record["tiers"], *record.get("survivors_tiers", {}).get(name, [])} for name in record["caught"]}
+    unmet = [name for name, tier in record["caught"].items() if met[name] != set(breaks.TIERS) and tier is None]
+    assert not unmet, f"counted as caught by no tier, but not tried against every tier: {unmet}"
+    assert all(tier in met[name] for name, tier in record["caught"].items() if tier is not None)
     suite = {(brk.file, brk.function, brk.replace, brk.with_) for brk in breaks.load("mutations")}
     survivors = [brk for brk in breaks.load("independent") if brk.name in record["caught"]
                  and record["caught"][brk.name] != "plain"]
