@@ -17,6 +17,11 @@ if ! cmp -s "$ROOT/requirements-dev.txt" "$STAMP"; then
     echo "error: could not install requirements-dev.txt into $VENV" >&2
     exit 1
   fi
+  # The core (core/), editable: its tests and the examples import it as a user's project would.
+  if ! "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$ROOT/core"; then
+    echo "error: could not install core/ into $VENV" >&2
+    exit 1
+  fi
   cp "$ROOT/requirements-dev.txt" "$STAMP"
 fi
 PY="$VENV/bin/python"

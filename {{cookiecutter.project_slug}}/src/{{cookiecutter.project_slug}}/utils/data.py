@@ -141,7 +141,8 @@ class SampleError(Exception):
 
 def ignore_sigint_in_worker(worker_id: int) -> None:
     """Ctrl-C reaches every process of the terminal's group, workers included. Let the main process
-    alone handle it (finish the step, write a checkpoint); it shuts the workers down after.
+    alone decide what it does (a training loop may finish its step and write a checkpoint first);
+    it shuts the workers down after.
     (CtrlCSafeLoader starts them ignoring it already; this keeps them so whoever starts them.)
 
     Not a seeding function: torch (1.9 and later) already seeds `random`, torch and NumPy in each
@@ -153,10 +154,10 @@ def ignore_sigint_in_worker(worker_id: int) -> None:
 class CtrlCSafeLoader(DataLoader):
     """A DataLoader whose workers ignore Ctrl-C from their first instruction. Under the spawn start
     method (macOS's and Windows' default) a worker imports torch for a second or more before
-    ignore_sigint_in_worker runs: a Ctrl-C then would kill it, and the step would end on a dead
-    worker instead of a checkpoint. A new process keeps an ignored signal ignored (not a handler,
-    nor, under spawn, a blocked signal), so this process ignores SIGINT for the few milliseconds
-    that starting its workers takes, and then takes its own handler back."""
+    ignore_sigint_in_worker runs: a Ctrl-C then would kill it, and the main process would fail on
+    a dead worker instead of handling Ctrl-C itself. A new process keeps an ignored signal ignored
+    (not a handler, nor, under spawn, a blocked signal), so this process ignores SIGINT for the few
+    milliseconds that starting its workers takes, and then takes its own handler back."""
 
     def _get_iterator(self):  # where DataLoader starts its workers (PyTorch's own name for it)
         handler = signal.getsignal(signal.SIGINT)

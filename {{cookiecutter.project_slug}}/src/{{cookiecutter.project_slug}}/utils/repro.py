@@ -268,7 +268,7 @@ def configure_determinism(mode: str) -> None:
     # change with the GPU model. TF32 is deterministic, but the precision policy should be a
     # recorded choice, not a default that varies by GPU. Costs: on those GPUs, float32 matrix
     # work runs at full float32 speed instead of TF32's (several times slower for big products;
-    # --precision bf16 is the recorded way to go faster).
+    # bf16 autocast, chosen as a recorded setting, is the way to go faster).
     set_float32_precision("ieee", "ieee")
 
 

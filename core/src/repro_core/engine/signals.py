@@ -1,0 +1,72 @@
+"""Stopping cleanly on SIGTERM (schedulers, preemption) and Ctrl-C (SIGINT), and never outliving
+the process that started the run."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
+
+# The signal a run asks for when the process that started it dies. Not SIGTERM: the kernel sends
+# it each time a thread of the dying parent exits and hands this process on, so a parent with
+# threads (torchrun's launcher has several) sends it more than once, and a second SIGTERM means
+# "exit now, without a checkpoint". Not SIGHUP, which a terminal's hang-up also sends and `nohup`
+# is there to ignore. A real-time signal has no other sender here; StopSignals takes it as one
+# stop request however often it comes. (Linux only, as the parent-death signal is.)
+PARENT_DIED: int | None = getattr(signal, "SIGRTMIN", None)
+
+
+def die_with_parent() -> None:
+    """Asks the kernel (Linux; elsewhere nothing is done) to send this process PARENT_DIED when the
+    process that started it dies, by SIGKILL too: no training child outlives a killed study,
+    verify or doctor, and no torchrun worker outlives its launcher (torchrun starts each worker in
+    a process group of its own, which a kill of the launcher's group does not reach). The run then
+    stops after its step with a checkpoint, as on SIGTERM. A parent that died before the request
+    was made is caught too: this process then signals itself."""
+    if not sys.platform.startswith("linux") or PARENT_DIED is None:
+        return
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(PARENT_DIED), 0, 0, 0)
+    except (OSError, AttributeError):  # no libc to ask
+        return
+    if os.getppid() != parent:  # the parent is gone already: the kernel will send nothing
+        os.kill(os.getpid(), PARENT_DIED)
+
+
+def signal_name(signum: int) -> str:
+    """SIGTERM, SIGINT, or what PARENT_DIED means (a real-time signal has no name of its own)."""
+    return "its parent process died" if signum == PARENT_DIED else signal.Signals(signum).name
+
+
+class StopSignals:
+    """Within `with StopSignals() as stop:`, the first SIGTERM, SIGINT or PARENT_DIED sets
+    `stop.signum` and the loop stops after the current step, with a checkpoint; a second SIGTERM or
+    SIGINT exits at once (a user who means "now"), a repeated PARENT_DIED is the same news again."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.previous: dict = {}
+
+    def __enter__(self) -> StopSignals:
+        signums = (signal.SIGTERM, signal.SIGINT) + ((PARENT_DIED,) if PARENT_DIED is not None else ())
+        self.previous = {signum: signal.signal(signum, self.request) for signum in signums}
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def request(self, signum: int, frame) -> None:
+        if self.signum is not None and signum == PARENT_DIED:
+            return
+        if self.signum is not None:
+            print(f"\n{signal_name(signum)} again: exiting now, without a checkpoint", file=sys.stderr,
+                  flush=True)
+            # At once, skipping clean-up that could block (loader workers): every file on disk was
+            # written atomically, so the newest checkpoint is intact.
+            os._exit(128 + signum)
+        self.signum = signum

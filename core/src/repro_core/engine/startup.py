@@ -1,0 +1,243 @@
+"""What the training process needs in its environment before torch loads. Standard library only, on
+purpose: it runs before torch is imported.
+
+Two kinds of setting are read once, when the process starts, and never again:
+
+- PYTHONHASHSEED. Python salts `hash()` of str and bytes with a random value chosen when the
+  interpreter starts, so iterating a set of strings gives another order in each process. The
+  popular `os.environ["PYTHONHASHSEED"] = "0"` inside a script changes nothing for that script.
+- The CPU kernel paths (--cpu-kernels portable). ATen picks its vectorised kernels by the CPU's
+  instruction sets (AVX-512, AVX2 or none), oneDNN compiles its convolutions for the best ISA it
+  finds, MKL dispatches its matrix products likewise; each sums in another order, so the same run
+  gives other bits on a CPU with other instruction sets; NumPy picks its functions' SIMD code
+  likewise. Each library reads its variable once, when it loads or first calls it.
+
+The only way to set them for this process is to start the interpreter again with them set.
+`relaunch_with_run_environment` does that, with os.execv: the same process id (so torchrun and job
+schedulers keep tracking it), the same arguments, the variables added. It runs before torch is
+imported, so the relaunch costs one bare interpreter start, not a second import of torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+RELAUNCH_MARKER = "REPRO_RELAUNCHED_FOR_RUN_ENVIRONMENT"
+CPU_KERNEL_MODES = ("native", "portable")
+# --cpu-kernels portable: every library's CPU code path pinned to AVX2 (with FMA), which x86-64 CPUs
+# have had since Intel's Haswell (2013) and AMD's Excavator (2015), so that a laptop with AVX-512
+# computes what a CI runner with AVX2 computes. Each one was found by experiment to change the
+# example's weights on an AVX-512 machine (docs/another-machine.md). Costs: the AVX-512 and AMX
+# speed-ups on the CPUs that have them (benchmarks/portable.py measures it).
+PORTABLE_CPU_KERNELS = {
+    # ATen's own vectorised kernels (elementwise ops, reductions, softmax, the optimizers' updates).
+    "ATEN_CPU_CAPABILITY": "avx2",
+    # oneDNN (convolutions and some matrix products) JIT-compiles for the ISA it may use.
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    # MKL (the BLAS: linear layers' matrix products): the instructions its dispatcher may use...
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    # ...and its Conditional Numerical Reproducibility branch: fixed cache sizes, deterministic
+    # reductions and static scheduling, so that Intel CPUs with AVX2 give the same bits. Intel
+    # documents it for Intel CPUs only: on others MKL falls back to its usual dispatch.
+    "MKL_CBWR": "AVX2",
+    # NumPy's own SIMD dispatch (exp, log, sin and the like, in a task's data or augmentation): its
+    # AVX-512 code paths off, AVX2 kept. Named in both NumPy spellings, 2.4's X86_V4 and the
+    # AVX512* of 1.x to 2.3: NumPy skips a name its version or this CPU lacks, with an ImportWarning
+    # (hidden by default; quietened below for `-W error`). With it NumPy 1.26, 2.2 and 2.4 give the
+    # same exp and log on an AVX-512 CPU, as on an AVX2 one (docs/another-machine.md).
+    "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX AVX512_CNL "
+                                "AVX512_ICL AVX512_SPR",
+}
+CPU_KERNEL_VARIABLES = tuple(PORTABLE_CPU_KERNELS)
+X86_64 = ("x86_64", "amd64")
+# What ATen asks of a CPU before it picks its AVX2 kernels; a variable that forces them on a CPU
+# without these would stop the process on its first illegal instruction.
+PORTABLE_NEEDS = ("avx2", "fma")
+
+
+def hash_seed_for(seed: int) -> str:
+    """The PYTHONHASHSEED for a run: the run's seed itself (both range over 0 .. 2**32-1)."""
+    return str(seed)
+
+
+def initial_environment() -> dict[str, str] | None:
+    """The environment this process started with (Linux keeps it in /proc), before any change to
+    os.environ; None where unknown."""
+    try:
+        raw = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return None
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
+
+
+def cpu_kernel_variables() -> dict[str, str | None]:
+    """The kernel variables this process started with: what the libraries read (a later change to
+    os.environ reaches none of them)."""
+    started_with = initial_environment()
+    source = os.environ if started_with is None else started_with
+    return {name: source.get(name) for name in CPU_KERNEL_VARIABLES}
+
+
+def cpu_info() -> dict:
+    """This CPU as the operating system describes it: the architecture, the model and its
+    instruction-set flags (lower case; None where the system does not say)."""
+    machine = platform.machine().lower()
+    model, flags = platform.processor() or None, None
+    try:
+        if sys.platform.startswith("linux"):
+            model, flags = linux_cpu(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace"))
+        elif sys.platform == "darwin":
+            model = sysctl("machdep.cpu.brand_string") or model
+            flags = set(" ".join(filter(None, (sysctl("machdep.cpu.features"),
+                                               sysctl("machdep.cpu.leaf7_features")))).lower().split()) or None
+    except OSError:
+        pass
+    return {"machine": machine, "model": model, "flags": flags}
+
+
+def linux_cpu(cpuinfo: str) -> tuple[str | None, set[str] | None]:
+    """(model, flags) from /proc/cpuinfo's first processor: x86 says `model name` and `flags`, ARM
+    `Features` (and no model name)."""
+    fields = {}
+    for line in cpuinfo.split("\n\n")[0].splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = fields.get("flags", fields.get("Features"))
+    return fields.get("model name") or fields.get("Model") or None, set(flags.split()) if flags is not None else None
+
+
+def sysctl(name: str) -> str | None:
+    try:
+        return subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def portable_problem(cpu: dict | None = None) -> str | None:
+    """Why --cpu-kernels portable cannot run on this CPU, as one sentence, or None."""
+    cpu = cpu or cpu_info()
+    if cpu["machine"] not in X86_64:
+        return (f"--cpu-kernels portable pins x86-64 kernel paths, and this CPU is {cpu['machine']}: there is no "
+                "such pin here (use --cpu-kernels native; runs repeat on machines of one kind)")
+    if cpu["flags"] is None:
+        return "--cpu-kernels portable: cannot tell whether this CPU has AVX2 and FMA (the system does not say)"
+    missing = [flag for flag in PORTABLE_NEEDS if flag not in cpu["flags"]]
+    if missing:
+        return (f"--cpu-kernels portable needs a CPU with AVX2 and FMA; this one ({cpu['model']}) lacks "
+                f"{', '.join(missing)}: use --cpu-kernels native")
+    return None
+
+
+def flag_value(argv: list[str], name: str) -> str | None:
+    """The value of `--name VALUE` or `--name=VALUE` in argv, or None. A plain scan, not a parser:
+    a flag with no value, or any other mistake, is left for train's own parser to report."""
+    for position, arg in enumerate(argv):
+        if arg == name and position + 1 < len(argv):
+            return argv[position + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def setting_from_command_line(argv: list[str], name: str, default: str, default_seed: int) -> str:
+    """A setting as text, as train will use it: `--name` if typed; for --resume without it, the
+    value recorded in the run folder's config.json; else the default."""
+    typed = flag_value(argv, "--" + name.replace("_", "-"))
+    if typed is not None:
+        return typed
+    if "--resume" in argv:
+        out = flag_value(argv, "--out")
+        folder = Path(out) if out else Path("runs") / f"seed{default_seed}"
+        try:
+            return str(json.loads((folder / "config.json").read_text(encoding="utf-8"))[name])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # train reports a missing or broken run folder in its own words
+    return default
+
+
+def seed_from_command_line(argv: list[str], default_seed: int) -> str:
+    """The run's seed as text (see setting_from_command_line)."""
+    return setting_from_command_line(argv, "seed", str(default_seed), default_seed)
+
+
+def run_environment(argv: list[str], default_seed: int) -> dict[str, str]:
+    """The variables the training process needs before torch loads: PYTHONHASHSEED from the seed, and
+    the kernel pins under --cpu-kernels portable. A value train's parser will refuse (a bad seed or
+    mode), or a CPU the pins do not fit, adds nothing: train then says why in one line."""
+    wanted = {}
+    seed_text = seed_from_command_line(argv, default_seed)
+    if seed_text.isdigit() and int(seed_text) <= 2**32 - 1:  # repro.MAX_SEED; no torch import here
+        wanted["PYTHONHASHSEED"] = hash_seed_for(int(seed_text))
+    if setting_from_command_line(argv, "cpu_kernels", "native", default_seed) == "portable" \
+            and portable_problem() is None:
+        wanted.update(PORTABLE_CPU_KERNELS)
+    return wanted
+
+
+def missing_from_environment(wanted: dict[str, str]) -> dict[str, str]:
+    """The wanted variables this interpreter did not start with."""
+    started_with = initial_environment() or dict(os.environ)
+    return {name: value for name, value in wanted.items() if started_with.get(name) != value}
+
+
+def started_as_module(module: str) -> bool:
+    """Whether this interpreter was started as `python [options] -m MODULE ...` (torchrun starts
+    its processes so too)."""
+    argv = getattr(sys, "orig_argv", [])
+    position = 1
+    while position < len(argv):
+        arg = argv[position]
+        if arg == "-m":
+            return position + 1 < len(argv) and argv[position + 1] == module
+        if arg.startswith("-m"):
+            return arg[2:] == module
+        if arg in ("-W", "-X"):  # options whose value is the next word
+            position += 1
+        elif not arg.startswith("-") or arg == "-c":
+            return False
+        position += 1
+    return False
+
+
+def quieten_numpys_pin_warning() -> None:
+    """NumPy warns, as it loads, of each name in the portable NPY_DISABLE_CPU_FEATURES that its
+    version or this CPU does not dispatch: expected (the list names every spelling), so not shown,
+    and not an error under `python -W error`."""
+    if os.environ.get("NPY_DISABLE_CPU_FEATURES") == PORTABLE_CPU_KERNELS["NPY_DISABLE_CPU_FEATURES"]:
+        warnings.filterwarnings("ignore", message="During parsing environment variable: 'NPY_DISABLE_CPU_FEATURES'",
+                                category=ImportWarning)
+
+
+def relaunch_with_run_environment(argv: list[str], default_seed: int) -> None:
+    """Re-executes this interpreter with the variables of `run_environment`, unless all are in effect.
+
+    Returns when nothing needs doing. Afterwards, until training installs its own handlers, Ctrl-C
+    exits quietly (nothing to save yet).
+    """
+    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(128 + signum))
+    relaunched = os.environ.pop(RELAUNCH_MARKER, None)  # children (workers, subprocesses) start clean
+    wanted = run_environment(argv, default_seed)
+    if "PYTHONHASHSEED" in wanted and sys.flags.ignore_environment:
+        # `python -E` ignores PYTHONHASHSEED; relaunching for it would loop. Recorded as 'random'.
+        print(f"warning: cannot fix PYTHONHASHSEED={wanted.pop('PYTHONHASHSEED')} (python -E ignores it); "
+              "string hashing stays random", file=sys.stderr)
+    missing = missing_from_environment(wanted)
+    if not missing:
+        quieten_numpys_pin_warning()
+        return
+    if relaunched:  # set, and still not in effect: something removes them; never loop
+        print(f"warning: cannot set {', '.join(missing)} for this process", file=sys.stderr)
+        return
+    os.environ.update(missing)
+    os.environ[RELAUNCH_MARKER] = "1"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
