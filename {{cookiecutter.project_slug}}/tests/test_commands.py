@@ -162,3 +162,24 @@ def test_a_place_under_proc_is_named_for_what_it_is_not_as_a_missing_folder(comm
     assert code == 2
     assert "/proc/run" in err and "cannot write there (a file system that holds no files)" in err
     assert "No such file or directory" not in err
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_on_a_system_that_is_not_posix_the_commands_that_train_refuse_in_one_line(command, capsys, monkeypatch):
+    """Windows, faked: os.name is what startup.platform_problem reads. train, study, verify and doctor
+    refuse before they run (naming what is POSIX-only); compare and plot only read folders, and run."""
+    import os
+
+    from {{ cookiecutter.project_slug }}.engine.cli import POSIX_ONLY_COMMANDS, run_command
+
+    ran = []
+    monkeypatch.setattr(os, "name", "nt")
+    if command in POSIX_ONLY_COMMANDS:
+        with pytest.raises(SystemExit) as stopped:
+            run_command(command, lambda: ran.append(command) or 0)
+        assert stopped.value.code == 2 and ran == []
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"python -m {PACKAGE}.{command}: error: training needs Linux")
+        assert "flock" in lines[0] and "WSL" in lines[0]
+    else:
+        assert run_command(command, lambda: ran.append(command) or 0) == 0 and ran == [command]

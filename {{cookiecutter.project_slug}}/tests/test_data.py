@@ -17,14 +17,13 @@ from torch.utils.data import DataLoader, Subset
 
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
-from {{ cookiecutter.project_slug }}.train import first
-from {{ cookiecutter.project_slug }}.utils.data import (
-    EpochSampler,
-    KeyedRandomness,
-    declared_draws,
+from {{ cookiecutter.project_slug }}.engine.loader import (
+    ShardedEpochSampler,
     ignore_sigint_in_worker,
-    make_loader,
+    make_sharded_loader,
 )
+from {{ cookiecutter.project_slug }}.train import first
+from {{ cookiecutter.project_slug }}.utils.data import EpochSampler, KeyedRandomness, declared_draws
 from {{ cookiecutter.project_slug }}.utils.repro import Stream, derive_seed
 
 from conftest import PACKAGE, SAMPLES, DrawsFrom, python_env
@@ -119,8 +118,8 @@ def test_a_dataset_error_names_the_sample_and_the_original_error():
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_validation_keeps_the_datasets_order_and_every_sample_once(world_size):
     """Unpadded, whatever the number of ranks: a validation sample counted twice would bias its figures."""
-    shards = [[index for _, index in EpochSampler(103, SEED, shuffle=False, rank=rank, world_size=world_size,
-                                                  pad=False)] for rank in range(world_size)]
+    shards = [[index for _, index in ShardedEpochSampler(103, SEED, shuffle=False, rank=rank, world_size=world_size,
+                                                         pad=False)] for rank in range(world_size)]
     assert sorted(index for shard in shards for index in shard) == list(range(103))
     assert shards[0] == list(range(0, 103, world_size))  # the dataset's order, dealt out in turn
 
@@ -141,24 +140,25 @@ def test_each_epochs_order_comes_from_the_seeds_own_shuffle_stream():
 
 
 @pytest.mark.parametrize("train", [True, False])
-def test_make_loader_gives_the_loader_every_setting_it_takes(train):
+def test_make_sharded_loader_gives_the_loader_every_setting_it_takes(train):
     """Read off the loader it makes: the split's own sample stream; the shuffle and the padding for
     training only; the rank's share; the workers' settings, left out where there are no workers;
     and a generator of the loader's own for the workers' base seed."""
     dataset = list(range(10))
-    loader = make_loader(dataset, 2, SEED, train, num_workers=2, persistent_workers=True, prefetch_factor=3,
-                         rank=1, world_size=4)
+    loader = make_sharded_loader(dataset, 2, SEED, train, num_workers=2, persistent_workers=True, prefetch_factor=3,
+                                 rank=1, world_size=4)
     sampler = loader.sampler
     assert (sampler.shuffle, sampler.pad, sampler.rank, sampler.world_size) == (train, train, 1, 4)
     assert loader.dataset.base == derive_seed(SEED, Stream.TRAIN_SAMPLE if train else Stream.VAL_SAMPLE)
     assert (loader.num_workers, loader.persistent_workers, loader.prefetch_factor) == (2, True, 3)
     assert loader.worker_init_fn is ignore_sigint_in_worker
     assert loader.generator.initial_seed() == derive_seed(SEED, Stream.LOADER)
-    without_workers = make_loader(dataset, 2, SEED, train, persistent_workers=True, prefetch_factor=3)
+    without_workers = make_sharded_loader(dataset, 2, SEED, train, persistent_workers=True, prefetch_factor=3)
     assert (without_workers.persistent_workers, without_workers.prefetch_factor) == (False, None)
-    one_worker = make_loader(dataset, 2, SEED, train, num_workers=1, persistent_workers=True, prefetch_factor=3)
+    one_worker = make_sharded_loader(dataset, 2, SEED, train, num_workers=1, persistent_workers=True,
+                                     prefetch_factor=3)
     assert (one_worker.persistent_workers, one_worker.prefetch_factor) == (True, 3)
-    assert make_loader(dataset, 2, SEED, train, num_workers=1).persistent_workers is False  # not by default
+    assert make_sharded_loader(dataset, 2, SEED, train, num_workers=1).persistent_workers is False  # not by default
 
 
 @pytest.mark.parametrize("pad", [True, False])
@@ -167,13 +167,14 @@ def test_a_samplers_length_is_the_number_of_indices_it_yields(pad):
         for world_size in (1, 2, 3):
             for rank in range(world_size):
                 for start in (0, world_size):
-                    sampler = EpochSampler(size, SEED, shuffle=True, rank=rank, world_size=world_size, pad=pad)
+                    sampler = ShardedEpochSampler(size, SEED, shuffle=True, rank=rank, world_size=world_size,
+                                                  pad=pad)
                     sampler.set_epoch(1, start=start)
                     assert len(sampler) == len(list(sampler)), (size, world_size, rank, start)
 
 
 def test_the_sampler_can_start_mid_epoch_at_the_same_place():
-    sampler = EpochSampler(1600, SEED, shuffle=True)
+    sampler = ShardedEpochSampler(1600, SEED, shuffle=True)
     sampler.set_epoch(1)
     full = list(sampler)
     sampler.set_epoch(1, start=64)
@@ -185,7 +186,7 @@ def test_a_sampler_started_at_the_very_end_of_an_epoch_yields_nothing(size, worl
     """What a resume from a checkpoint taken at an epoch's last step asks of it."""
     batch = 48  # a global batch that each world size shares
     for rank in range(world_size):
-        sampler = EpochSampler(size, SEED, shuffle=True, rank=rank, world_size=world_size)
+        sampler = ShardedEpochSampler(size, SEED, shuffle=True, rank=rank, world_size=world_size)
         steps = -(-(size + (-size % world_size)) // batch)
         sampler.set_epoch(0, start=steps * batch)
         assert len(sampler) == 0 and list(sampler) == []
@@ -193,7 +194,7 @@ def test_a_sampler_started_at_the_very_end_of_an_epoch_yields_nothing(size, worl
 
 @pytest.mark.parametrize("size, world_size", [(1437, 2), (1437, 3), (1600, 3), (7, 4)])
 def test_ranks_take_disjoint_equal_shares_that_cover_the_set(size, world_size):
-    shards = [[index for _, index in EpochSampler(size, SEED, shuffle=True, rank=r, world_size=world_size)]
+    shards = [[index for _, index in ShardedEpochSampler(size, SEED, shuffle=True, rank=r, world_size=world_size)]
               for r in range(world_size)]
     assert len({len(shard) for shard in shards}) == 1  # padded: every rank takes the same number of steps
     padding = -size % world_size
@@ -207,7 +208,7 @@ def test_each_global_step_sees_the_same_samples_whatever_the_number_of_processes
     """Global step j trains on the j-th slice of the epoch's order: the union of the ranks' j-th batches."""
     global_batch, size = 16, 100
     single = [index for _, index in EpochSampler(size, SEED, shuffle=True)]
-    shards = [[index for _, index in EpochSampler(size, SEED, shuffle=True, rank=r, world_size=world_size)]
+    shards = [[index for _, index in ShardedEpochSampler(size, SEED, shuffle=True, rank=r, world_size=world_size)]
               for r in range(world_size)]
     per_rank = global_batch // world_size
     for step in range(size // global_batch):
@@ -252,7 +253,7 @@ def test_workers_start_with_ctrl_c_ignored_and_the_training_process_then_takes_i
         pass
 
     def start(workers: int) -> None:
-        iter(make_loader(train_set(), batch_size=8, seed=SEED, train=True, num_workers=workers))
+        iter(make_sharded_loader(train_set(), batch_size=8, seed=SEED, train=True, num_workers=workers))
 
     previous = signal.signal(signal.SIGINT, handler)
     try:
@@ -277,10 +278,11 @@ torch.multiprocessing.set_start_method(sys.argv[1], force=True)
 from {package} import task
 from {package}.config import Config
 from {package}.train import first
-from {package}.utils.data import make_loader
+from {package}.engine.loader import make_sharded_loader
 
 if __name__ == "__main__":
-    loader = make_loader(first(task.make_datasets(Config())[0], 64), batch_size=8, seed=0, train=True, num_workers=2)
+    loader = make_sharded_loader(first(task.make_datasets(Config())[0], 64), batch_size=8, seed=0, train=True,
+                                 num_workers=2)
     batches = iter(loader)
     for worker in batches._workers:  # at once: a spawned worker is still importing torch
         os.kill(worker.pid, signal.SIGINT)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -13,10 +15,11 @@ from {{ cookiecutter.project_slug }}.config import Config
 from {{ cookiecutter.project_slug }}.engine import distributed
 from {{ cookiecutter.project_slug }}.engine.checkpoint import TrainingState
 from {{ cookiecutter.project_slug }}.engine.contract import check_task
-from {{ cookiecutter.project_slug }}.engine.loop import StepRows, accumulation_windows
+from {{ cookiecutter.project_slug }}.engine.loop import StepRows, accumulation_windows, seed_micro_step
 from {{ cookiecutter.project_slug }}.engine.optim import make_optimizer
 from {{ cookiecutter.project_slug }}.engine.run_folder import MetricsLog
 from {{ cookiecutter.project_slug }}.train import first, make_loaders
+from {{ cookiecutter.project_slug }}.utils.repro import Stream, derive_seed, keyed_seed, seed_everything, seed_step
 
 from conftest import BATCH, training_steps
 
@@ -106,6 +109,38 @@ def test_each_rank_draws_masks_of_its_own_that_no_other_rank_draws(monkeypatch, 
     this_rank = draws_of_two_epochs(monkeypatch, between=5, rank=rank)
     assert len(set(this_rank)) == 16 and set(this_rank).isdisjoint(rank_0)
     assert draws_of_two_epochs(monkeypatch, between=7, rank=rank) == this_rank  # and repeats them
+
+
+def draws() -> tuple:
+    return random.random(), float(np.random.rand()), torch.rand(3).tolist()
+
+
+def test_a_micro_batchs_draws_are_a_function_of_seed_step_micro_batch_and_rank_alone():
+    """What train_step calls before each micro-batch's forward pass: dropout draws what it drew in
+    any other run, and another seed, step, micro-batch or rank draws otherwise."""
+    seed_micro_step(7, step=3, micro_batch=1, rank=0)
+    expected = draws()
+    seed_everything(4)  # whatever ran before: a loader, an evaluation, a resume
+    seed_micro_step(7, step=3, micro_batch=1, rank=0)
+    assert draws() == expected
+    for other in ((8, 3, 1, 0), (7, 4, 1, 0), (7, 3, 0, 0), (7, 3, 1, 1)):
+        seed_micro_step(*other)
+        assert draws() != expected, other
+
+
+def test_one_micro_batch_on_one_process_draws_what_utils_seed_step_draws():
+    """The teaching loop's seed_step is this key at micro-batch 0 and rank 0: a task trains alike in both sizes."""
+    seed_micro_step(7, step=3, micro_batch=0, rank=0)
+    expected = draws()
+    seed_step(7, step=3)
+    assert draws() == expected
+
+
+def test_a_micro_batch_seeds_the_gpu_it_runs_on_from_the_step_stream_of_its_key(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "manual_seed", calls.append)
+    seed_micro_step(7, step=3, micro_batch=1, rank=2, device=torch.device("cuda"))
+    assert calls == [keyed_seed(derive_seed(7, Stream.STEP, 2), 3, 1)]
 
 
 class Regression:

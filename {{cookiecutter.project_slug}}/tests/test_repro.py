@@ -179,18 +179,16 @@ def test_seeding_the_global_generators_from_a_key_makes_every_generators_draws_r
     assert draws() != expected
 
 
-def test_a_steps_draws_are_a_function_of_seed_step_and_micro_batch_alone():
+def test_a_steps_draws_are_a_function_of_seed_and_step_alone():
     """What train.py calls before each forward pass: dropout draws what it drew in any other run."""
-    seed_step(7, step=3, micro_batch=1)
+    seed_step(7, step=3)
     expected = draws()
     seed_everything(4)  # whatever ran before: a loader, an evaluation, a resume
-    seed_step(7, step=3, micro_batch=1)
+    seed_step(7, step=3)
     assert draws() == expected
-    for other in ({"step": 4, "micro_batch": 1}, {"step": 3, "micro_batch": 0}, {"step": 3, "micro_batch": 1,
-                                                                                  "rank": 1}):
-        seed_step(7, **other)
-        assert draws() != expected, other
-    seed_step(8, step=3, micro_batch=1)
+    seed_step(7, step=4)
+    assert draws() != expected
+    seed_step(8, step=3)
     assert draws() != expected
 
 
@@ -365,9 +363,8 @@ def test_seeding_for_a_gpu_seeds_that_gpus_generator_too(device, seeded, monkeyp
 def test_a_step_seeds_the_gpu_it_runs_on_from_the_step_stream_of_its_key(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.cuda, "manual_seed", calls.append)
-    seed_step(7, step=3, micro_batch=1, rank=2, device=torch.device("cuda"))
-    seed_step(7, step=3, device=torch.device("cuda"))  # one micro-batch, one process: as the teaching loop calls it
-    assert calls == [keyed_seed(derive_seed(7, Stream.STEP, 2), 3, 1), keyed_seed(derive_seed(7, Stream.STEP, 0), 3, 0)]
+    seed_step(7, step=3, device=torch.device("cuda"))
+    assert calls == [keyed_seed(derive_seed(7, Stream.STEP, 0), 3, 0)]
 
 
 def test_the_recorded_settings_hold_the_cublas_variable_as_it_is_set(monkeypatch):

@@ -214,7 +214,7 @@ import os, signal, sys
 from pathlib import Path
 import {package}.train as train
 
-hold_at, marker, seed = int(sys.argv[1]), Path(sys.argv[2]), train.seed_step
+hold_at, marker, seed = int(sys.argv[1]), Path(sys.argv[2]), train.seed_micro_step
 micro_batches = [0]
 
 def seed_then_hold(*args):  # train_step calls it before each micro-batch's forward pass
@@ -224,7 +224,7 @@ def seed_then_hold(*args):  # train_step calls it before each micro-batch's forw
         signal.pause()
     seed(*args)
 
-train.seed_step = seed_then_hold
+train.seed_micro_step = seed_then_hold
 sys.exit(train.main(sys.argv[3:]))
 """
 # nanoGPT's recipe through flags (train.py's defaults in nanoGPT: AdamW with betas 0.9 and 0.95,

@@ -34,5 +34,5 @@ DEFAULT_SEED = {{ cookiecutter.seed|int }}  # the default --seed and --data-seed
 # pins of --cpu-kernels portable. Python and torch read these variables only at start-up (see
 # engine/startup.py).
 if started_as_module(f"{__name__}.train"):
-    relaunch_with_run_environment(sys.argv[1:], DEFAULT_SEED)
+    relaunch_with_run_environment(sys.argv[1:], DEFAULT_SEED, f"python -m {__name__}.train")
 {%- endif %}

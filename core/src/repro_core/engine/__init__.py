@@ -7,7 +7,8 @@ as arguments, and imports nothing above this package but `..utils`.
     runs.py         reading a run folder back and comparing runs
     checkpoint.py   what a checkpoint holds, writing it, finding the newest intact one
     contract.py     a task's promises, checked on a few samples before a run starts
-    loop.py         a step's micro-batch windows, its metrics rows
+    loader.py       utils/data.py's loader grown for a run: each rank's share, a resumed epoch, Ctrl-C
+    loop.py         a step's micro-batch windows and their keyed draws, its metrics rows
     optim.py        the optimizer's parameter groups and the learning-rate schedule
     precision.py    autocast and the gradient scaler
     distributed.py  torchrun, DDP and FSDP

@@ -216,12 +216,29 @@ def quieten_numpys_pin_warning() -> None:
                                 category=ImportWarning)
 
 
-def relaunch_with_run_environment(argv: list[str], default_seed: int) -> None:
+# What a training run needs of a POSIX system (Linux, macOS), and Windows lacks.
+POSIX_ONLY = ("the run folder's one-writer lock (flock), the restart that fixes PYTHONHASHSEED in the same "
+              "process (execv) and a training child that dies with its parent")
+
+
+def platform_problem() -> str | None:
+    """Why this system cannot train, in one sentence; None on a POSIX system."""
+    if os.name == "posix":
+        return None
+    return f"training needs Linux or macOS (on Windows, run it in WSL): {POSIX_ONLY} are POSIX-only"
+
+
+def relaunch_with_run_environment(argv: list[str], default_seed: int, prog: str = "train") -> None:
     """Re-executes this interpreter with the variables of `run_environment`, unless all are in effect.
 
     Returns when nothing needs doing. Afterwards, until training installs its own handlers, Ctrl-C
-    exits quietly (nothing to save yet).
+    exits quietly (nothing to save yet). On a system that is not POSIX, refuses in one line
+    (`prog: error: ...`) and exits 2, before anything else.
     """
+    problem = platform_problem()
+    if problem is not None:
+        print(f"{prog}: error: {problem}", file=sys.stderr)
+        sys.exit(2)
     signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(128 + signum))
     relaunched = os.environ.pop(RELAUNCH_MARKER, None)  # children (workers, subprocesses) start clean
     wanted = run_environment(argv, default_seed)

@@ -190,13 +190,14 @@ def seed_global_generators(seed: int, device: torch.device | None = None,
         torch.mps.manual_seed(seed)
 
 
-def seed_step(seed: int, step: int, micro_batch: int = 0, rank: int = 0, device: torch.device | None = None) -> None:
+def seed_step(seed: int, step: int, device: torch.device | None = None) -> None:
     """Seeds the global generators (and `device`'s) for one training step's draws, dropout's masks
-    say, from (seed, step, micro-batch, rank) alone: the same after a resume, with any number of
-    loader workers, whatever ran before; each process under torchrun draws its own. A resumed run
-    then needs no saved generator state to draw what the run that never stopped drew. Costs: one
-    seeding of each generator per step, a few µs."""
-    seed_global_generators(keyed_seed(derive_seed(seed, Stream.STEP, rank), step, micro_batch), device)
+    say, from (seed, step) alone: the same after a resume, with any number of loader workers,
+    whatever ran before. A resumed run then needs no saved generator state to draw what the run
+    that never stopped drew. Costs: one seeding of each generator per step, a few µs.
+    (The key's two zeros are the micro-batch and the process: the research size keys those too,
+    engine/loop.py's seed_micro_step, and draws this at micro-batch 0 on one process.)"""
+    seed_global_generators(keyed_seed(derive_seed(seed, Stream.STEP, 0), step, 0), device)
 
 
 def float32_precision() -> dict[str, str]:

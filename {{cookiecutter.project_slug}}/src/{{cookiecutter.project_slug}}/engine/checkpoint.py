@@ -123,9 +123,16 @@ class MetadataUnpickler(pickle.Unpickler):
     a pickle that names another one could run code as it loads."""
 
     def find_class(self, module: str, name: str):
-        if module in METADATA_MODULES or (module, name) in METADATA_NAMES or (
-                module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
-            return super().find_class(module, name)
+        # A dotted name is looked up attribute by attribute (pickle protocol 4): "os.system" inside
+        # a module that imports os would reach it. DCP's records are top-level names.
+        if "." not in name:
+            if (module, name) in METADATA_NAMES or (
+                    module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+                return super().find_class(module, name)
+            if module in METADATA_MODULES:
+                found = super().find_class(module, name)
+                if isinstance(found, type) and found.__module__ == module:  # its own classes, nothing it imported
+                    return found
         raise pickle.UnpicklingError(f"GLOBAL {module}.{name} is not allowed")
 
 

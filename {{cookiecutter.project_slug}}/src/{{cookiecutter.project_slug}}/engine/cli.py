@@ -12,7 +12,12 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
+from .startup import platform_problem
+
 PACKAGE = "{{ cookiecutter.project_slug }}"
+# The commands that train, or start training processes: POSIX only (see startup.platform_problem).
+# compare and plot read run folders and work anywhere.
+POSIX_ONLY_COMMANDS = ("train", "study", "verify", "doctor")
 
 
 def prog(command: str) -> str:
@@ -29,7 +34,11 @@ def refuse(command: str, message: str) -> NoReturn:
 def run_command(command: str, main: Callable[[], int]) -> int:
     """A command's main(), as `python -m` runs it: Ctrl-C ends it with one line and exit status
     130 (128 + SIGINT, as a shell reports it), never a KeyboardInterrupt traceback. What a run
-    in progress does with Ctrl-C (finish the step, write a checkpoint) is train's own."""
+    in progress does with Ctrl-C (finish the step, write a checkpoint) is train's own. A command
+    that trains refuses in one line on a system that is not POSIX (startup.platform_problem)."""
+    problem = platform_problem() if command in POSIX_ONLY_COMMANDS else None
+    if problem is not None:
+        refuse(command, problem)
     try:
         return main()
     except KeyboardInterrupt:

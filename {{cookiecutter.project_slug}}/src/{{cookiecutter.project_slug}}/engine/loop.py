@@ -3,6 +3,7 @@ steps' metrics rows, kept on the device.
 
 - `accumulation_windows` hands train.py the loader's batches --accumulate at a time: one list per
   optimizer step (fewer at an epoch's end).
+- `seed_micro_step` seeds what each micro-batch draws (dropout) from (seed, step, micro-batch, rank).
 - `StepRows` keeps each step's sums on the device and reads them back in one transfer every
   --log-every steps: the host never waits for the device in between (nanoGPT and torchtitan read
   the loss back rarely for this reason), and still every step gets its row, bit for bit. With the
@@ -17,6 +18,7 @@ from types import ModuleType
 
 import torch
 
+from ..utils.repro import Stream, derive_seed, keyed_seed, seed_global_generators
 from . import distributed
 from .run_folder import MetricsLog
 
@@ -34,6 +36,15 @@ def accumulation_windows(loader: Iterable, accumulate: int) -> Iterator[list]:
             window = []
     if window:
         yield window
+
+
+def seed_micro_step(seed: int, step: int, micro_batch: int, rank: int, device: torch.device | None = None) -> None:
+    """utils/repro.py's seed_step, keyed by the micro-batch and the process too: what a micro-batch
+    draws (dropout's masks) is a function of (seed, step, micro-batch, rank) alone, the same after a
+    resume, with any number of loader workers, whatever ran before; no two micro-batches of a step
+    draw alike, and each process under torchrun draws masks of its own for its own samples. At
+    micro-batch 0 and rank 0 it draws what seed_step draws: one process trains alike in both sizes."""
+    seed_global_generators(keyed_seed(derive_seed(seed, Stream.STEP, rank), step, micro_batch), device)
 
 
 class NonFiniteStep(Exception):

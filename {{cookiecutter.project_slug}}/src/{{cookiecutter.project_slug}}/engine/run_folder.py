@@ -21,7 +21,6 @@ as those strings, so "equal" means equal bit for bit.
 from __future__ import annotations
 
 import csv
-import fcntl
 import os
 import shutil
 import traceback
@@ -97,6 +96,8 @@ def lock_folder(folder: Path, what: str = "--out") -> str | None:
     which process already is. An advisory lock (flock) on the folder itself, as pip and git guard
     their state: the kernel releases it when the holder dies, by SIGKILL too, so a crashed run never
     leaves the folder locked. Nothing is written: the lock is no file."""
+    import fcntl  # POSIX only (Linux, macOS): imported here, so that the package imports on Windows
+
     folder = folder.resolve()
     if folder in _held_locks:
         return None

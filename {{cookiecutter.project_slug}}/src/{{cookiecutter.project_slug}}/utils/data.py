@@ -13,10 +13,9 @@ loaded before, so the result changes with `--num-workers`. PyTorch's documented 
 `generator` plus a `worker_init_fn`) repeats a run only with the same worker count.
 
 Here, three pieces make the data stream a function of (seed, epoch, index) alone:
-- `EpochSampler`: the order of an epoch is a function of (seed, epoch), and global step j takes
-  its j-th slice, whatever the number of processes. It runs in the main process and hands out
-  (epoch, index) keys, so even persistent workers, which keep an old copy of the dataset, always
-  know the current epoch.
+- `EpochSampler`: the order of an epoch is a function of (seed, epoch), and step j takes its
+  j-th slice. It runs in the main process and hands out (epoch, index) keys, so a worker never
+  needs to be told the epoch (not even a persistent one, which keeps an old copy of the dataset).
 - `KeyedRandomness`: before it fetches sample `index`, it seeds the three global generators with
   a key of (seed, epoch, index). Whatever the dataset draws is then the same in any worker, after
   any other sample, and after a resume. With 0 workers it runs in the training process and leaves
@@ -33,8 +32,6 @@ Here, three pieces make the data stream a function of (seed, epoch, index) alone
 
 from __future__ import annotations
 
-import signal
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -45,45 +42,36 @@ from .repro import GLOBAL_GENERATORS, Stream, derive_seed, keyed_seed, seed_glob
 
 
 class EpochSampler(Sampler):
-    """Yields (epoch, index) keys: this process's share of an order that is a function of
-    (seed, epoch) alone.
+    """Yields (epoch, index) keys: the order of an epoch, a function of (seed, epoch) alone.
 
-    Global step j of an epoch trains on the samples order[j*B : (j+1)*B] (B: the global batch),
-    whatever the number of processes. Under torchrun, rank r of w takes every w-th sample
-    (r, r + w, ...), an equal share of every global batch; with `pad`, the order is first extended
-    by its own beginning to a multiple of w, so that every rank takes the same number of steps
-    (their gradient all-reduces must pair up). Evaluation does not pad: no sample counts twice.
-    Call set_epoch(e, start) before each epoch: `start` skips the epoch's first samples, those a
-    resumed run has trained on already (a multiple of the global batch, and so of w).
+    Step j of an epoch trains on the samples order[j*B : (j+1)*B] (B: the batch). Call
+    set_epoch(e) before each epoch: each epoch has its own order, and a run resumed at epoch e
+    takes that epoch's order again. Validation (shuffle=False) keeps the dataset's order, every
+    sample once. (The research size's engine/loader.py shares this order among processes.)
     """
 
-    def __init__(self, size: int, seed: int, shuffle: bool, rank: int = 0, world_size: int = 1,
-                 pad: bool = True) -> None:
+    def __init__(self, size: int, seed: int, shuffle: bool) -> None:
         self.size, self.seed, self.shuffle = size, seed, shuffle
-        self.rank, self.world_size, self.pad = rank, world_size, pad
-        self.epoch, self.start = 0, 0
+        self.epoch = 0
 
-    def set_epoch(self, epoch: int, start: int = 0) -> None:
-        self.epoch, self.start = epoch, start
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def order(self) -> list[int]:
-        """The epoch's whole order (every rank's samples, padded), from its beginning."""
+        """The epoch's whole order."""
         if self.shuffle:
             generator = torch.Generator().manual_seed(derive_seed(self.seed, Stream.SHUFFLE, self.epoch))
             order = torch.randperm(self.size, generator=generator).tolist()
         else:
             order = list(range(self.size))
-        if self.pad and self.size % self.world_size:
-            order += order[: self.world_size - self.size % self.world_size]
         return order
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         epoch = self.epoch
-        return iter([(epoch, index) for index in self.order()[self.start + self.rank :: self.world_size]])
+        return iter([(epoch, index) for index in self.order()])
 
     def __len__(self) -> int:
-        padded = self.size + (-self.size % self.world_size if self.pad else 0)
-        return len(range(self.start + self.rank, padded, self.world_size))
+        return self.size
 
 
 def declared_draws(dataset: Dataset) -> tuple[str, ...]:
@@ -139,54 +127,16 @@ class SampleError(Exception):
     """The dataset raised for one sample; the message names the sample and the original error."""
 
 
-def ignore_sigint_in_worker(worker_id: int) -> None:
-    """Ctrl-C reaches every process of the terminal's group, workers included. Let the main process
-    alone decide what it does (a training loop may finish its step and write a checkpoint first);
-    it shuts the workers down after.
-    (CtrlCSafeLoader starts them ignoring it already; this keeps them so whoever starts them.)
-
-    Not a seeding function: torch (1.9 and later) already seeds `random`, torch and NumPy in each
-    worker from the loader's base seed, and KeyedRandomness re-seeds them for every sample anyway.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-class CtrlCSafeLoader(DataLoader):
-    """A DataLoader whose workers ignore Ctrl-C from their first instruction. Under the spawn start
-    method (macOS's and Windows' default) a worker imports torch for a second or more before
-    ignore_sigint_in_worker runs: a Ctrl-C then would kill it, and the main process would fail on
-    a dead worker instead of handling Ctrl-C itself. A new process keeps an ignored signal ignored
-    (not a handler, nor, under spawn, a blocked signal), so this process ignores SIGINT for the few
-    milliseconds that starting its workers takes, and then takes its own handler back."""
-
-    def _get_iterator(self):  # where DataLoader starts its workers (PyTorch's own name for it)
-        handler = signal.getsignal(signal.SIGINT)
-        if self.num_workers == 0 or handler is None or threading.current_thread() is not threading.main_thread():
-            return super()._get_iterator()
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            return super()._get_iterator()
-        finally:
-            signal.signal(signal.SIGINT, handler)
-
-
-def make_loader(dataset: Dataset, batch_size: int, seed: int, train: bool, num_workers: int = 0,
-                persistent_workers: bool = False, prefetch_factor: int | None = None,
-                rank: int = 0, world_size: int = 1) -> DataLoader:
+def make_loader(dataset: Dataset, batch_size: int, seed: int, train: bool, num_workers: int = 0) -> DataLoader:
     """A DataLoader over `dataset` whose order and random draws repeat for a seed, with any number
-    of workers. `batch_size` is this process's micro-batch. Training shuffles (and pads under
-    torchrun); validation keeps the dataset's order. Under torchrun, each rank gets its share of
-    the one order (see EpochSampler)."""
+    of workers. Training shuffles; validation keeps the dataset's order."""
     stream = Stream.TRAIN_SAMPLE if train else Stream.VAL_SAMPLE
-    return CtrlCSafeLoader(
+    return DataLoader(
         KeyedRandomness(dataset, seed, stream),
         batch_size=batch_size,
-        sampler=EpochSampler(len(dataset), seed, shuffle=train, rank=rank, world_size=world_size, pad=train),
+        sampler=EpochSampler(len(dataset), seed, shuffle=train),
         num_workers=num_workers,
-        worker_init_fn=ignore_sigint_in_worker,
         # The loader draws its workers' base seed from this generator, never from the global
         # one, so creating a loader or an iterator shifts no training randomness.
         generator=torch.Generator().manual_seed(derive_seed(seed, Stream.LOADER)),
-        persistent_workers=persistent_workers and num_workers > 0,
-        prefetch_factor=prefetch_factor if num_workers > 0 else None,
     )

@@ -1,0 +1,233 @@
+"""engine/checkpoint.py: the newest intact checkpoint is found; a cut-short, foreign or unsafe one is
+skipped (an unsafe one is never executed); a checkpoint restores what the next step depends on."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shlex
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from repro_core.engine.checkpoint import (
+    FORMAT_VERSION,
+    KEEP_LAST,
+    TrainingState,
+    checkpoint_path,
+    load_latest_checkpoint,
+    read_checkpoint,
+    read_sharded_checkpoint,
+    save_checkpoint,
+)
+from repro_core.utils.repro import state_dict_sha256
+from torch import nn
+
+
+class RunsAShellCommand:
+    """Unpickling this calls os.system: what a malicious checkpoint would hold."""
+
+    def __init__(self, marker: Path) -> None:
+        self.command = f"touch {shlex.quote(str(marker))}"
+
+    def __reduce__(self) -> tuple:
+        return os.system, (self.command,)
+
+
+def hand_made(folder: Path, steps: range) -> None:
+    """Checkpoints as save_checkpoint writes them, each holding its step as a tensor."""
+    for step in steps:
+        save_checkpoint(folder, {"step": step, "weights": torch.full((3,), float(step))})
+
+
+def newest(folder: Path) -> int | None:
+    found = load_latest_checkpoint(folder)
+    if found is None:
+        return None
+    state, path = found
+    assert path == checkpoint_path(folder, state["step"])
+    assert torch.equal(state["weights"], torch.full((3,), float(state["step"])))
+    return state["step"]
+
+
+def test_the_newest_checkpoint_is_found_and_only_the_last_few_are_kept(tmp_path: Path) -> None:
+    hand_made(tmp_path, range(8, 13))  # 8 .. 12: step 10 sorts after step 9 by its zero-padded name
+    assert sorted(path.name for path in tmp_path.glob("step-*.pt")) == [
+        f"step-{step:08d}.pt" for step in range(13 - KEEP_LAST, 13)]
+    assert newest(tmp_path) == 12
+    state, problem = read_checkpoint(checkpoint_path(tmp_path, 12))
+    assert problem is None and state["format_version"] == FORMAT_VERSION
+
+
+def test_no_checkpoint_gives_none(tmp_path: Path) -> None:
+    assert load_latest_checkpoint(tmp_path) is None
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.9, 0.0])
+def test_a_checkpoint_cut_short_is_skipped_for_the_one_before(tmp_path: Path, keep: float,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    hand_made(tmp_path, range(1, 4))
+    path = checkpoint_path(tmp_path, 3)
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+    assert newest(tmp_path) == 2
+    warning = capsys.readouterr().err
+    assert f"skipping damaged checkpoint {path}" in warning
+
+
+def test_every_checkpoint_damaged_gives_none(tmp_path: Path) -> None:
+    hand_made(tmp_path, range(1, 3))
+    for path in tmp_path.glob("step-*.pt"):
+        path.write_bytes(path.read_bytes()[:100])
+    assert load_latest_checkpoint(tmp_path) is None
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_and_never_run(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    hand_made(tmp_path, range(1, 3))
+    evil = checkpoint_path(tmp_path, 3)
+    torch.save({"format_version": FORMAT_VERSION, "step": 3, "weights": RunsAShellCommand(marker)}, evil)
+    # control: loaded the unsafe way, the file does run its command
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.load(evil, weights_only=False)
+    assert marker.exists()
+    marker.unlink()
+
+    state, problem = read_checkpoint(evil)
+    assert state is None and "could run code" in problem
+    assert newest(tmp_path) == 2
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("content", ["old format", "not a dict", "plain pickle", "text"])
+def test_a_checkpoint_of_another_format_is_skipped(tmp_path: Path, content: str) -> None:
+    hand_made(tmp_path, range(1, 3))
+    path = checkpoint_path(tmp_path, 3)
+    if content == "old format":
+        torch.save({"format_version": FORMAT_VERSION - 1, "step": 3}, path)
+    elif content == "not a dict":
+        torch.save(torch.zeros(3), path)
+    elif content == "plain pickle":  # torch.save's legacy format: no zip archive
+        torch.save({"format_version": FORMAT_VERSION, "step": 3}, path, _use_new_zipfile_serialization=False)
+    else:
+        path.write_text("step 3\n")
+    state, problem = read_checkpoint(path)
+    assert state is None and problem
+    assert newest(tmp_path) == 2
+
+
+# --- sharded checkpoints (folders written by torch.distributed.checkpoint) ------------------------------------
+
+
+@pytest.fixture
+def sharded(tmp_path: Path) -> Path:
+    """A checkpoint folder as --parallel fsdp writes it, made with DCP in this one process."""
+    import torch.distributed.checkpoint as dcp
+
+    path = tmp_path / "step-00000004"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "assuming the intent is to save in a single process"
+        dcp.save({"model.weight": torch.arange(64.0)}, storage_writer=dcp.FileSystemWriter(path))
+    torch.save({"format_version": FORMAT_VERSION, "step": 4}, path / "state.pt")
+    return path
+
+
+def test_a_whole_sharded_checkpoint_reads(sharded: Path) -> None:
+    state, problem = read_sharded_checkpoint(sharded)
+    assert problem is None and state["step"] == 4 and state["sharded"] is True
+    found = load_latest_checkpoint(sharded.parent, sharded=True)
+    assert found is not None and found[1] == sharded
+
+
+def test_a_sharded_checkpoint_with_a_shard_cut_short_or_missing_is_refused(sharded: Path) -> None:
+    (shard,) = sharded.glob("*.distcp")
+    shard.write_bytes(shard.read_bytes()[:-8])
+    assert "truncated" in read_sharded_checkpoint(sharded)[1]
+    shard.unlink()
+    assert "missing" in read_sharded_checkpoint(sharded)[1]
+    assert load_latest_checkpoint(sharded.parent, sharded=True) is None
+
+
+def test_a_sharded_checkpoints_metadata_that_would_run_code_is_refused(sharded: Path) -> None:
+    marker = sharded.parent / "ran"
+    (sharded / ".metadata").write_bytes(pickle.dumps(RunsAShellCommand(marker)))
+    state, problem = read_sharded_checkpoint(sharded)
+    assert state is None and "could run code" in problem
+    assert not marker.exists()
+
+
+def stack_global_call(module: str, name: str, argument: str) -> bytes:
+    """A protocol-4 pickle that calls module.name(argument): STACK_GLOBAL resolves a dotted `name`
+    attribute by attribute."""
+
+    def text(value: str) -> bytes:
+        data = value.encode()
+        return b"\x8c" + bytes([len(data)]) + data
+
+    return b"\x80\x04" + text(module) + text(name) + b"\x93" + text(argument) + b"\x85R."
+
+
+@pytest.mark.parametrize(("module", "name"), [
+    ("torch.distributed.checkpoint.metadata", "os.system"),  # the allowed module imports os
+    ("torch.distributed.checkpoint.metadata", "dataclass"),  # a name it imported, not a record of its own
+    ("torch", "os.system"),
+    ("pathlib", "PosixPath.touch"),
+])
+def test_a_metadata_name_that_reaches_past_dcps_own_records_is_refused_unrun(sharded: Path, module: str,
+                                                                             name: str) -> None:
+    marker = sharded.parent / "ran"
+    (sharded / ".metadata").write_bytes(stack_global_call(module, name, f"touch {shlex.quote(str(marker))}"))
+    state, problem = read_sharded_checkpoint(sharded)
+    assert state is None and "could run code" in problem
+    assert not marker.exists()
+    # the control: the same call through plain pickle runs it (os.system exists, and is reached)
+    if name == "os.system":
+        pickle.loads(stack_global_call(module, name, f"touch {shlex.quote(str(marker))}"))
+        assert marker.exists()
+
+
+# --- what a checkpoint restores -------------------------------------------------------------------------------
+
+
+def training_state() -> TrainingState:
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    return TrainingState(model, optimizer, scheduler, torch.amp.GradScaler("cpu", enabled=False))
+
+
+def take_step(state: TrainingState) -> None:
+    x = torch.linspace(-1, 1, 12).reshape(4, 3) * (state.step + 1)
+    loss = state.model(x).pow(2).mean()
+    state.optimizer.zero_grad()
+    loss.backward()
+    state.optimizer.step()
+    state.scheduler.step()
+    state.step += 1
+    state.epoch_step += 1
+
+
+def test_a_resume_from_a_checkpoint_takes_the_step_the_run_that_never_stopped_took(tmp_path: Path) -> None:
+    """Momentum and the schedule are in the checkpoint: without them the next step would differ."""
+    run = training_state()
+    take_step(run)
+    take_step(run)
+    save_checkpoint(tmp_path, run.to_checkpoint({"seed": 1}, seconds=2.5))
+    take_step(run)
+
+    resumed = training_state()
+    checkpoint, _ = load_latest_checkpoint(tmp_path)
+    resumed.load_checkpoint(checkpoint)
+    assert (resumed.step, resumed.epoch_step, resumed.train_seconds) == (2, 2, 2.5)
+    assert checkpoint["config"] == {"seed": 1}
+    take_step(resumed)
+    assert state_dict_sha256(resumed.model.state_dict()) == state_dict_sha256(run.model.state_dict())
+
+    fresh = training_state()  # control: the weights alone do not make the same step
+    fresh.model.load_state_dict(checkpoint["model"])
+    fresh.step = 2
+    take_step(fresh)
+    assert state_dict_sha256(fresh.model.state_dict()) != state_dict_sha256(run.model.state_dict())

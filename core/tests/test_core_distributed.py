@@ -1,0 +1,439 @@
+"""Specifications of the engine's torchrun side (engine/distributed.py) and of sharded checkpoints
+(engine/checkpoint.py), checked in two real processes joined with gloo on the CPU.
+
+One launch of two ranks serves the whole module: each rank agrees on flags and sums with the other,
+shards a small model with FSDP (fully_shard), evaluates and reshards it, trains another, saves two
+sharded checkpoints of it, loads the first back, and writes what it saw to rank<N>.pt; the tests below
+read those files, and damage copies of the checkpoint folders the ranks wrote. The .metadata unpickler
+needs no process at all.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed
+from repro_core.engine.checkpoint import (
+    MetadataUnpickler,
+    intact_checkpoints,
+    load_latest_checkpoint,
+    read_sharded_checkpoint,
+)
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="this torch has no torch.distributed")
+
+WORLD = 2
+SAFETY_TIMEOUT = 300  # seconds; a launch takes a few: this only ends a rank that hangs
+
+# What each rank runs (argv[1]: the folder for its results and the checkpoints). Its model has a
+# parameter of the root's own (`scale`), which FSDP keeps gathered after a forward pass, and a
+# BatchNorm, whose running statistics are buffers: unsharded, and different on each rank after a
+# training step on the rank's own batch.
+WORKER = textwrap.dedent('''
+    import sys
+    from pathlib import Path
+
+    import torch
+    from torch import nn
+    from torch.distributed.tensor import DTensor
+
+    from repro_core.engine import distributed
+    from repro_core.engine.checkpoint import TrainingState, read_sharded_checkpoint, save_sharded_checkpoint
+    from repro_core.engine.precision import make_scaler
+
+    CPU = torch.device("cpu")
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp, self.norm, self.out = nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 3)
+            self.scale = nn.Parameter(torch.ones(3))  # no block holds it: the root does
+
+        def forward(self, x):
+            return self.out(torch.relu(self.norm(self.inp(x)))) * self.scale
+
+
+    def sharded_state(seed):
+        torch.manual_seed(seed)  # the same initial weights on every rank, as train.py seeds them
+        model = distributed.wrap(Net(), CPU, "fsdp")
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        return TrainingState(model, optimizer, scheduler, make_scaler("fp32", CPU))
+
+
+    def local(tensor):
+        return (tensor.to_local() if isinstance(tensor, DTensor) else tensor).detach().clone()
+
+
+    def shards(state):
+        """This rank's shards of the weights and of the optimizer's state, by name."""
+        found = {name: local(p) for name, p in state.model.named_parameters()}
+        for name, p in state.model.named_parameters():
+            found.update({f"optimizer.{name}.{key}": local(v) for key, v in state.optimizer.state[p].items()})
+        return found
+
+
+    def buffers(model):
+        return {name: buffer.clone() for name, buffer in model.named_buffers()}
+
+
+    def train_step(state, seed):
+        torch.manual_seed(seed)  # a batch of this rank's own
+        state.model.train()
+        state.model(torch.randn(8, 4)).square().mean().backward()
+        state.optimizer.step()
+        state.optimizer.zero_grad()
+
+
+    out = Path(sys.argv[1])
+    distributed.join(CPU)
+    rank = distributed.rank()
+    seen = {"rank": rank, "world_size": distributed.world_size()}
+
+    seen["any_rank_only_rank_0"] = distributed.any_rank(rank == 0)
+    seen["any_rank_only_rank_1"] = distributed.any_rank(rank == 1)
+    seen["any_rank_none"] = distributed.any_rank(False)
+    seen["any_rank_all"] = distributed.any_rank(True)
+    seen["max_over_ranks"] = distributed.max_over_ranks([3, 8][rank])
+    seen["max_over_ranks_rank_0_largest"] = distributed.max_over_ranks([-2, -7][rank])
+    sums = {"loss": torch.tensor([0.1, 1e8, 1.0]) * (rank + 1) + torch.tensor([0.0, 3.0, 0.0]) * rank,
+            "samples": torch.tensor([rank + 1]), "errors": torch.tensor(0.7 / (rank + 3))}
+    tensors = dict(sums)
+    summed = distributed.sum_over_ranks(sums)
+    seen["summed"] = summed
+    seen["summed_in_place"] = summed is sums and all(summed[name] is tensors[name] for name in tensors)
+    seen["summed_names"] = tuple(summed)
+
+    plain = nn.BatchNorm1d(3)
+    plain.running_mean.fill_(rank + 1.0)
+    plain.running_var.fill_(10.0 * (rank + 1))
+    distributed.broadcast_buffers(plain)
+    seen["broadcast"] = buffers(plain)
+
+    evaluated = sharded_state(seed=0).model  # a model of its own: one left gathered could not be saved
+    seen["is_sharded"] = distributed.is_sharded(evaluated)
+    seen["full_shapes"] = {name: tuple(p.shape) for name, p in evaluated.named_parameters()}
+    seen["rows_after_wrap"] = {name: local(p).shape[0] for name, p in evaluated.named_parameters()}
+    evaluated.eval()
+    with torch.no_grad():
+        evaluated(torch.randn(2, 4))
+    seen["sharded_after_evaluation"] = {name: isinstance(p, DTensor) for name, p in evaluated.named_parameters()}
+    distributed.reshard(evaluated)
+    seen["sharded_after_reshard"] = {name: isinstance(p, DTensor) for name, p in evaluated.named_parameters()}
+    seen["rows_after_reshard"] = {name: local(p).shape[0] for name, p in evaluated.named_parameters()}
+
+    state = sharded_state(seed=0)
+    model = state.model
+    train_step(state, seed=100 + rank)
+    folder = out / "checkpoints"
+    seen["buffers_before_save"] = buffers(model)
+    state.step = 1
+    first = save_sharded_checkpoint(folder, state, {"seed": 0}, 1.0)
+    seen["buffers_after_save"] = buffers(model)
+    seen["saved"] = shards(state)
+
+    train_step(state, seed=200 + rank)  # the run goes on, and writes a second checkpoint
+    state.step = 2
+    save_sharded_checkpoint(folder, state, {"seed": 0}, 2.0)
+    for buffer in model.buffers():
+        buffer.fill_(99)
+    seen["moved_on"] = shards(state)
+
+    checkpoint, problem = read_sharded_checkpoint(first)
+    seen["problem"] = str(problem)
+    state.load_checkpoint(checkpoint, first)  # back to the first checkpoint
+    seen["loaded"], seen["buffers_after_load"], seen["step_after_load"] = shards(state), buffers(model), state.step
+
+    fresh = sharded_state(seed=1)  # a resume: a new process's model and optimizer, of other initial weights
+    fresh.load_checkpoint(checkpoint, first)
+    seen["loaded_fresh"], seen["buffers_fresh"] = shards(fresh), buffers(fresh.model)
+
+    torch.save(seen, out / f"rank{rank}.pt")
+    distributed.leave()
+''')
+
+
+@dataclass
+class Launch:
+    """What each rank saw (by rank), and the folder of the checkpoints they wrote."""
+
+    ranks: list[dict]
+    checkpoints: Path
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def run_two_ranks(script: str, out: Path) -> None:
+    """Runs `script` (argv[1]: `out`) as ranks 0 and 1 of a torchrun-like launch on this host."""
+    port, processes, deadline = free_port(), [], time.monotonic() + SAFETY_TIMEOUT
+    try:
+        for rank in range(WORLD):
+            env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD),
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+            with open(out / f"rank{rank}.log", "w") as log:
+                processes.append(subprocess.Popen([sys.executable, "-c", script, str(out)], env=env, stdout=log,
+                                                  stderr=subprocess.STDOUT))
+        codes = [process.wait(timeout=max(1.0, deadline - time.monotonic())) for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    logs = "\n".join(f"rank {rank}:\n{(out / f'rank{rank}.log').read_text()}" for rank in range(WORLD))
+    assert codes == [0] * WORLD, f"a rank failed ({codes}):\n{logs}"
+
+
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory: pytest.TempPathFactory) -> Launch:
+    out = tmp_path_factory.mktemp("two-ranks")
+    run_two_ranks(WORKER, out)
+    ranks = [torch.load(out / f"rank{rank}.pt", weights_only=True) for rank in range(WORLD)]
+    return Launch(ranks, out / "checkpoints")
+
+
+def equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    """The same names, each with the same bits."""
+    return a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
+
+
+def shard_rows(rows: int, rank: int) -> int:
+    """The rows of a parameter of `rows` rows that FSDP gives `rank`: torch.chunk's split, the last ones short."""
+    chunk = -(-rows // WORLD)
+    return max(0, min(chunk, rows - rank * chunk))
+
+
+# Agreeing across ranks: flags, counts and sums.
+
+def test_the_launch_joined_both_ranks_into_one_group(launch: Launch) -> None:
+    assert [(seen["rank"], seen["world_size"]) for seen in launch.ranks] == [(0, WORLD), (1, WORLD)]
+
+
+@pytest.mark.parametrize("name", ["any_rank_only_rank_0", "any_rank_only_rank_1", "any_rank_all"])
+def test_any_rank_is_true_on_every_rank_when_one_rank_says_true(launch: Launch, name: str) -> None:
+    """Ranks stop at the same step: a rank whose step was not finite stops the others with it."""
+    assert [seen[name] for seen in launch.ranks] == [True, True]
+
+
+def test_any_rank_is_false_on_every_rank_when_no_rank_says_true(launch: Launch) -> None:
+    assert [seen["any_rank_none"] for seen in launch.ranks] == [False, False]
+
+
+def test_max_over_ranks_gives_every_rank_the_largest_number_of_any(launch: Launch) -> None:
+    assert [seen["max_over_ranks"] for seen in launch.ranks] == [8, 8]
+    assert [seen["max_over_ranks_rank_0_largest"] for seen in launch.ranks] == [-2, -2]
+
+
+def test_sum_over_ranks_adds_each_named_tensor_over_the_ranks_in_place_to_the_same_bits_on_every_rank(
+        launch: Launch) -> None:
+    """The oracle: rank 0's tensor plus rank 1's, added here as each rank built them."""
+    expected = {"loss": torch.tensor([0.1, 1e8, 1.0]) + (torch.tensor([0.1, 1e8, 1.0]) * 2 + torch.tensor([0, 3.0, 0])),
+                "samples": torch.tensor([1 + 2]), "errors": torch.tensor(0.7 / 3) + torch.tensor(0.7 / 4)}
+    for seen in launch.ranks:
+        assert equal(seen["summed"], expected) and seen["summed_in_place"]
+        assert seen["summed_names"] == ("loss", "samples", "errors")  # in the order given
+    assert equal(launch.ranks[0]["summed"], launch.ranks[1]["summed"])
+
+
+def test_broadcast_buffers_gives_every_rank_rank_0s_buffers(launch: Launch) -> None:
+    for seen in launch.ranks:
+        assert torch.equal(seen["broadcast"]["running_mean"], torch.full((3,), 1.0))
+        assert torch.equal(seen["broadcast"]["running_var"], torch.full((3,), 10.0))
+
+
+# FSDP: sharding, and resharding after an evaluation.
+
+def test_wrap_for_fsdp_shards_every_parameter_over_the_ranks(launch: Launch) -> None:
+    for rank, seen in enumerate(launch.ranks):
+        assert seen["is_sharded"]
+        assert seen["rows_after_wrap"] == {name: shard_rows(shape[0], rank)
+                                           for name, shape in seen["full_shapes"].items()}
+
+
+def test_an_evaluation_leaves_the_roots_own_parameters_gathered(launch: Launch) -> None:
+    """What reshard is for (FSDP2 keeps the root's parameters gathered after a forward pass, for the
+    backward pass it expects): without this the test below would not test reshard."""
+    for seen in launch.ranks:
+        assert not seen["sharded_after_evaluation"]["scale"]
+
+
+def test_reshard_after_an_evaluation_puts_every_parameter_back_into_this_ranks_shard(launch: Launch) -> None:
+    for rank, seen in enumerate(launch.ranks):
+        assert all(seen["sharded_after_reshard"].values()), seen["sharded_after_reshard"]
+        assert seen["rows_after_reshard"] == {name: shard_rows(shape[0], rank)
+                                              for name, shape in seen["full_shapes"].items()}
+
+
+# Sharded checkpoints: buffers, and each rank's shards.
+
+def test_each_rank_trained_buffers_of_its_own_before_the_checkpoint(launch: Launch) -> None:
+    """Without this, the buffer tests below could not tell rank 0's buffers from rank 1's."""
+    rank_0, rank_1 = (seen["buffers_before_save"] for seen in launch.ranks)
+    assert not torch.equal(rank_0["norm.running_mean"], rank_1["norm.running_mean"])
+    assert not torch.equal(rank_0["norm.running_var"], rank_1["norm.running_var"])
+
+
+def test_a_sharded_save_gives_every_rank_rank_0s_buffers(launch: Launch) -> None:
+    """What is saved and then evaluated is rank 0's, as under DDP."""
+    rank_0s = launch.ranks[0]["buffers_before_save"]
+    for seen in launch.ranks:
+        assert equal(seen["buffers_after_save"], rank_0s)
+
+
+@pytest.mark.parametrize("after", ["buffers_after_load", "buffers_fresh"])
+def test_loading_a_sharded_checkpoint_restores_rank_0s_saved_buffers_on_every_rank(launch: Launch, after: str) -> None:
+    """Into the model that went on (its buffers since overwritten), and into a fresh one."""
+    rank_0s = launch.ranks[0]["buffers_before_save"]
+    for seen in launch.ranks:
+        assert equal(seen[after], rank_0s)
+
+
+def test_the_ranks_saved_shards_of_their_own(launch: Launch) -> None:
+    """Without this, a rank that loaded the other rank's shards could pass the test below."""
+    rank_0, rank_1 = (seen["saved"] for seen in launch.ranks)
+    assert rank_0.keys() == rank_1.keys()
+    assert not torch.equal(rank_0["inp.weight"], rank_1["inp.weight"])
+    assert not torch.equal(rank_0["optimizer.inp.weight.exp_avg"], rank_1["optimizer.inp.weight.exp_avg"])
+    assert any(name.startswith("optimizer.") and name.endswith(".exp_avg_sq") for name in rank_0)
+
+
+@pytest.mark.parametrize("after", ["loaded", "loaded_fresh"])
+def test_each_rank_loads_back_exactly_the_shards_it_saved_of_the_weights_and_optimizer_state(
+        launch: Launch, after: str) -> None:
+    for seen in launch.ranks:
+        assert equal(seen[after], seen["saved"])
+        assert not equal(seen["moved_on"], seen["saved"])  # the load changed something back
+    assert [seen["step_after_load"] for seen in launch.ranks] == [1, 1]
+
+
+# Sharded checkpoints: a shard file cut short, on a copy of the folders the two ranks wrote.
+
+def copy_checkpoints(launch: Launch, tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A copy of the launch's checkpoint folder: (the folder, its older checkpoint, its newest)."""
+    folder = tmp_path / "checkpoints"
+    shutil.copytree(launch.checkpoints, folder)
+    older, newest = sorted(path for path in folder.iterdir() if path.is_dir())
+    return folder, older, newest
+
+
+def test_two_ranks_write_one_shard_file_each_and_the_checkpoint_reads_back_intact(launch: Launch,
+                                                                                   tmp_path: Path) -> None:
+    folder, older, newest = copy_checkpoints(launch, tmp_path)
+    assert sorted(path.name for path in newest.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    state, problem = read_sharded_checkpoint(newest)
+    assert problem is None and state["sharded"] and state["step"] == 2 and state["config"] == {"seed": 0}
+    assert [path for _, path in intact_checkpoints(folder, sharded=True, warn=False)] == [newest, older]
+    assert [seen["problem"] for seen in launch.ranks] == ["None", "None"]  # as the ranks read it too
+
+
+@pytest.mark.parametrize("shard", ["__0_0.distcp", "__1_0.distcp"])
+@pytest.mark.parametrize("keep", ["all but one byte", "half", "nothing"])
+def test_a_shard_file_cut_short_makes_its_checkpoint_not_intact_and_the_one_before_is_resumed(
+        launch: Launch, tmp_path: Path, capsys: pytest.CaptureFixture[str], shard: str, keep: str) -> None:
+    folder, older, newest = copy_checkpoints(launch, tmp_path)
+    size = (newest / shard).stat().st_size
+    os.truncate(newest / shard, {"all but one byte": size - 1, "half": size // 2, "nothing": 0}[keep])
+    assert read_sharded_checkpoint(newest) == (None, f"shard {shard} is truncated")
+    assert [path for _, path in intact_checkpoints(folder, sharded=True, warn=False)] == [older]
+    state, path = load_latest_checkpoint(folder, sharded=True)
+    assert path == older and state["step"] == 1
+    assert capsys.readouterr().err == f"warning: skipping damaged checkpoint {newest} (shard {shard} is truncated)\n"
+
+
+# Sharded checkpoints: DCP's .metadata is a pickle, opened by an unpickler that runs no code.
+
+def calling(module: str, name: str, argument: str) -> bytes:
+    """A pickle (protocol 2) whose loading calls module.name(argument)."""
+    text = argument.encode()
+    return (b"\x80\x02c" + f"{module}\n{name}\n".encode() + b"X" + struct.pack("<I", len(text)) + text
+            + b"\x85R.")
+
+
+class TouchesMarker:
+    """An object whose unpickling creates a file, as pickle.dumps writes it (protocol 5: STACK_GLOBAL)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return Path.touch, (self.marker,)
+
+
+class CallsSystem:
+    """An object whose unpickling runs a shell command that creates a file (pickle names posix.system)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return os.system, (f"touch {self.marker}",)
+
+
+def payloads(marker: Path) -> dict[str, bytes]:
+    """Pickles that would create `marker` when loaded, each naming another global."""
+    create = f"open({str(marker)!r}, 'w').close()"
+    return {"os.system": calling("os", "system", f"touch {marker}"),
+            "posix.system": pickle.dumps(CallsSystem(marker)),
+            "builtins.eval": calling("builtins", "eval", create),
+            "builtins.exec": calling("builtins", "exec", create),
+            "pathlib.Path.touch": pickle.dumps(TouchesMarker(marker), protocol=5)}
+
+
+PAYLOADS = ["os.system", "posix.system", "builtins.eval", "builtins.exec", "pathlib.Path.touch"]
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_the_metadata_unpickler_refuses_a_global_outside_dcps_records_without_running_it(
+        payload: str, tmp_path: Path) -> None:
+    marker = tmp_path / "code-ran"
+    with pytest.raises(pickle.UnpicklingError, match="GLOBAL .* is not allowed"):
+        MetadataUnpickler(io.BytesIO(payloads(marker)[payload])).load()
+    assert not marker.exists()
+
+
+def test_the_payloads_do_run_code_under_a_plain_unpickler(tmp_path: Path) -> None:
+    """The control: each payload, loaded by pickle itself, creates its marker."""
+    for name, payload in payloads(tmp_path / "code-ran").items():
+        pickle.loads(payload)
+        assert (tmp_path / "code-ran").exists(), name
+        (tmp_path / "code-ran").unlink()
+
+
+def test_the_metadata_unpickler_reads_the_metadata_that_dcp_wrote(launch: Launch) -> None:
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    newest = sorted(path for path in launch.checkpoints.iterdir() if path.is_dir())[-1]
+    with open(newest / ".metadata", "rb") as file:
+        metadata = MetadataUnpickler(file).load()
+    assert isinstance(metadata, Metadata)
+    assert {piece.relative_path for piece in metadata.storage_data.values()} == {"__0_0.distcp", "__1_0.distcp"}
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_a_checkpoint_whose_metadata_would_run_code_is_refused_unrun_and_the_one_before_is_resumed(
+        launch: Launch, tmp_path: Path, capsys: pytest.CaptureFixture[str], payload: str) -> None:
+    folder, older, newest = copy_checkpoints(launch, tmp_path)
+    marker = tmp_path / "code-ran"
+    (newest / ".metadata").write_bytes(payloads(marker)[payload])
+    problem = "its .metadata holds objects other than DCP's records, which could run code when loaded"
+    assert read_sharded_checkpoint(newest) == (None, problem)
+    assert load_latest_checkpoint(folder, sharded=True)[1] == older
+    assert capsys.readouterr().err == f"warning: skipping damaged checkpoint {newest} ({problem})\n"
+    assert not marker.exists()

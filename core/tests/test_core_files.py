@@ -1,0 +1,243 @@
+"""engine/files.py and the run folder's lock (engine/run_folder.py): a kill mid-write leaves the old file
+and nothing that blocks the next write; writers never share a temporary file; JSON floats round-trip;
+one process at a time writes a folder, and a refusal names the one that does.
+
+Children are waited on through their pipes (a line they print when they reach a state), never by
+sleeping, and killed by process group.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import pytest
+from core_helpers import PYTHON
+from repro_core.engine.files import atomic_write, write_json
+from repro_core.engine.run_folder import clear_leftovers, lock_folder, unlock_folder
+
+
+def temporaries(target: Path) -> list[Path]:
+    return sorted(target.parent.glob(f".{target.name}.*.tmp"))
+
+
+class Child:
+    """A Python child in its own process group, driven a line at a time through its pipes."""
+
+    def __init__(self, code: str, *args: str) -> None:
+        self.process = subprocess.Popen([PYTHON, "-c", textwrap.dedent(code), *args], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        start_new_session=True)
+
+    def read_line(self) -> str:
+        """The child's next line: blocks until it prints one (or dies, then fails with its stderr)."""
+        line = self.process.stdout.readline()
+        if not line:
+            self.kill()
+            raise AssertionError(f"child ended early: {self.process.stderr.read()}")
+        return line.rstrip("\n")
+
+    def ask(self, command: str) -> str:
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return self.read_line()
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            stream.close()
+
+
+# --- atomic writes -------------------------------------------------------------------------------------------
+
+STOPPED_WRITER = """
+import sys
+from pathlib import Path
+from repro_core.engine.files import atomic_write
+
+def write(file):
+    file.write(b"n" * (4 << 20))  # half of the new content is written...
+    file.flush()
+    print("writing", flush=True)  # ...the test may kill us now
+    sys.stdin.read()  # stopped here until killed
+    file.write(b"never")
+
+atomic_write(Path(sys.argv[1]), write)
+"""
+
+
+def test_a_kill_in_the_middle_of_a_write_leaves_the_old_file_and_nothing_that_blocks_the_next(tmp_path: Path) -> None:
+    target = tmp_path / "run" / "summary.json"
+    target.parent.mkdir()
+    target.write_bytes(b"old\n")
+    child = Child(STOPPED_WRITER, str(target))
+    try:
+        assert child.read_line() == "writing"
+        (partial,) = temporaries(target)
+        assert partial.stat().st_size >= 4 << 20  # the new content was on its way, beside the target
+    finally:
+        child.kill()
+    assert child.process.returncode == -signal.SIGKILL
+    assert target.read_bytes() == b"old\n"
+    atomic_write(target, lambda file: file.write(b"new\n"))  # the leftover does not block the next write
+    assert target.read_bytes() == b"new\n"
+    assert temporaries(target) == [partial]
+    clear_leftovers(target.parent)  # what a run's end (or resume) removes
+    assert temporaries(target) == []
+    assert target.read_bytes() == b"new\n"
+
+
+def test_two_writers_of_one_target_write_through_different_temporary_files(tmp_path: Path) -> None:
+    """The second write starts while the first is in its callback: were the temporary name fixed, its
+    exclusive create would fail (or both would write one file)."""
+    target = tmp_path / "config.json"
+    seen: list[list[Path]] = []
+
+    def inner(file: BinaryIO) -> None:
+        seen.append(temporaries(target))
+        file.write(b"inner")
+
+    def outer(file: BinaryIO) -> None:
+        file.write(b"out")
+        seen.append(temporaries(target))
+        atomic_write(target, inner)
+        assert target.read_bytes() == b"inner"
+        file.write(b"er")
+
+    atomic_write(target, outer)
+    assert target.read_bytes() == b"outer"
+    assert len(seen[0]) == 1 and len(seen[1]) == 2 and seen[0][0] in seen[1]
+    assert all(re.fullmatch(r"\.config\.json\.[0-9a-f]{8}\.tmp", path.name) for path in seen[1])
+    assert temporaries(target) == []
+
+
+def test_an_exception_while_writing_leaves_the_old_file_and_removes_the_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "metrics.csv"
+    target.write_bytes(b"old")
+
+    def failing(file: BinaryIO) -> None:
+        file.write(b"half")
+        raise KeyboardInterrupt  # a BaseException too
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(target, failing)
+    assert target.read_bytes() == b"old" and temporaries(target) == []
+
+
+def test_atomic_write_gives_a_new_file_the_usual_permissions(tmp_path: Path) -> None:
+    previous = os.umask(0o027)
+    try:
+        atomic_write(tmp_path / "a" / "b.txt", lambda file: file.write(b"x"))
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "a" / "b.txt").stat().st_mode & 0o777 == 0o640
+
+
+def test_write_json_round_trips_floats_exactly(tmp_path: Path) -> None:
+    floats = [0.1 + 0.2, 1 / 3, 5e-324, 1.7976931348623157e308, -0.0, 2.0**-1074 * 3, 123456789.123456789]
+    data = {"loss": floats, "nested": {"lr": 3e-4, "name": "régression"}, "steps": 10}
+    path = tmp_path / "summary.json"
+    write_json(path, data)
+    back = json.loads(path.read_text(encoding="utf-8"))
+    assert back == data
+    assert [repr(x) for x in back["loss"]] == [repr(x) for x in floats]  # bit for bit, -0.0 included
+    assert math.copysign(1.0, back["loss"][4]) == -1.0
+    assert "régression" in path.read_text(encoding="utf-8") and path.read_text(encoding="utf-8").endswith("}\n")
+
+
+# --- the run folder's lock -----------------------------------------------------------------------------------
+
+LOCKER = """
+import os
+import sys
+from pathlib import Path
+from repro_core.engine.run_folder import lock_folder, unlock_folder
+
+print(os.getpid(), flush=True)
+for line in sys.stdin:
+    command, folder = line.split(maxsplit=1)
+    folder = Path(folder.strip())
+    if command == "lock":
+        print(repr(lock_folder(folder)), flush=True)
+    else:
+        unlock_folder(folder)
+        print("unlocked", flush=True)
+"""
+
+
+class Locker(Child):
+    """Another process that locks and unlocks folders with lock_folder when asked."""
+
+    def __init__(self) -> None:
+        super().__init__(LOCKER)
+        self.pid = int(self.read_line())
+
+    def lock(self, folder: Path) -> str | None:
+        answer = self.ask(f"lock {folder}")
+        return None if answer == "None" else answer
+
+    def unlock(self, folder: Path) -> None:
+        assert self.ask(f"unlock {folder}") == "unlocked"
+
+
+@pytest.fixture(scope="module")
+def locker() -> Iterator[Locker]:
+    other = Locker()
+    yield other
+    other.kill()
+
+
+@pytest.fixture(autouse=True)
+def release_this_process_locks() -> Iterator[None]:
+    yield
+    unlock_folder()
+
+
+def test_a_second_process_is_refused_while_the_first_holds_the_lock_and_told_who(tmp_path: Path,
+                                                                                locker: Locker) -> None:
+    assert lock_folder(tmp_path) is None
+    assert lock_folder(tmp_path) is None  # this process already holds it
+    refusal = locker.lock(tmp_path)
+    assert refusal is not None and "is in use" in refusal and f"process {os.getpid()} " in refusal
+    unlock_folder(tmp_path)
+    assert locker.lock(tmp_path) is None  # released: another process takes it
+    mine = lock_folder(tmp_path, "--study")
+    assert mine is not None and mine.startswith("--study") and f"process {locker.pid} " in mine
+    locker.unlock(tmp_path)
+    assert lock_folder(tmp_path) is None
+
+
+def test_a_lock_taken_by_a_relative_path_is_released_after_a_chdir(tmp_path: Path, locker: Locker,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run.mkdir()
+    elsewhere.mkdir()
+    for release in (lambda: unlock_folder(run), lambda: unlock_folder()):
+        monkeypatch.chdir(tmp_path)
+        assert lock_folder(Path("run")) is None
+        monkeypatch.chdir(elsewhere)
+        assert lock_folder(run) is None  # the same folder, held already: recorded by where it is
+        assert locker.lock(run) is not None
+        release()
+        assert locker.lock(run) is None
+        locker.unlock(run)
+
+
+def test_the_lock_of_a_killed_holder_is_released(tmp_path: Path) -> None:
+    holder = Locker()
+    try:
+        assert holder.lock(tmp_path) is None
+        assert lock_folder(tmp_path) is not None
+    finally:
+        holder.kill()  # SIGKILL: no cleanup of its own runs
+    assert lock_folder(tmp_path) is None

@@ -1,0 +1,132 @@
+"""Specifications of the training loop's pieces in engine/loop.py: a step whose loss or gradients are not
+finite stops the run (finite_step's flag, then StepRows raising NonFiniteStep), and the loader's batches
+go to the optimizer steps `accumulate` at a time, each exactly once, in order."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from repro_core.engine.loop import NonFiniteStep, StepRows, accumulation_windows, finite_step
+from repro_core.engine.run_folder import MetricsLog
+
+CPU = torch.device("cpu")
+
+
+def gradients_with(value: float | None, where: int = 2) -> list[torch.Tensor] | None:
+    """Three finite gradients of several shapes, with `value` put into one element of gradient `where`
+    (None: no gradients at all)."""
+    if value is None:
+        return None
+    gradients = [torch.full((2, 3), 0.25), torch.linspace(-1.0, 1.0, 5), torch.ones(4, 1)]
+    gradients[where].view(-1)[1] = value
+    return gradients
+
+
+@pytest.mark.parametrize("loss", [1.5, math.inf, -math.inf, math.nan])
+@pytest.mark.parametrize("gradient", [None, 0.5, math.inf, -math.inf, math.nan])
+def test_a_step_is_finite_only_when_its_loss_and_every_gradient_are(loss: float, gradient: float | None) -> None:
+    """A finite loss with one gradient holding inf or NaN is not a finite step, and neither is a NaN or
+    infinite loss with finite gradients; None (fp16: GradScaler skips an overflow itself) checks the loss."""
+    expected = math.isfinite(loss) and (gradient is None or math.isfinite(gradient))
+    assert bool(finite_step(torch.tensor(loss), gradients_with(gradient))) is expected
+
+
+@pytest.mark.parametrize("where", [0, 1, 2])
+@pytest.mark.parametrize("bad", [math.inf, math.nan])
+def test_a_non_finite_value_in_any_one_gradient_with_a_finite_loss_stops_the_step(where: int, bad: float) -> None:
+    assert not bool(finite_step(torch.tensor(0.75), gradients_with(bad, where)))
+
+
+def test_the_finite_flag_stays_a_tensor_on_the_device_so_the_host_never_waits_for_it() -> None:
+    flag = finite_step(torch.tensor(2.0, requires_grad=True) * 3, gradients_with(0.5))
+    assert isinstance(flag, torch.Tensor) and flag.dtype == torch.bool and flag.shape == ()
+    assert flag.device == CPU and not flag.requires_grad
+
+
+def test_gradients_of_another_dtype_and_empty_shards_are_checked_too() -> None:
+    """Under FSDP a rank's shard of a small parameter may be empty; under bf16 a gradient may be bfloat16."""
+    assert bool(finite_step(torch.tensor(1.0), [torch.empty(0), torch.ones(3, dtype=torch.bfloat16)]))
+    infinite = torch.tensor([1.0, math.inf], dtype=torch.bfloat16)
+    assert not bool(finite_step(torch.tensor(1.0), [torch.empty(0), infinite]))
+
+
+class SumOfSquares:
+    """A task's metrics from its sums, as StepRows asks of one: the loss, the mean of the squared errors."""
+
+    @staticmethod
+    def metrics_from_sums(sums: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {"loss": sums["squared_error"] / sums["samples"]}
+
+
+def metrics_log(folder: Path) -> MetricsLog:
+    log = MetricsLog(folder / "metrics.csv", ("loss",), rows=0, writes=True)
+    log.create()
+    return log
+
+
+def written_steps(log: MetricsLog) -> list[tuple[int, float]]:
+    with open(log.path, newline="", encoding="utf-8") as file:
+        return [(int(row["step"]), float(row["loss"])) for row in csv.DictReader(file)]
+
+
+def step_sums(loss: float) -> dict[str, torch.Tensor | int]:
+    return {"squared_error": torch.tensor(4 * loss), "samples": 4}
+
+
+def test_a_step_flagged_not_finite_stops_the_run_at_the_flush_after_writing_every_pending_row(tmp_path: Path) -> None:
+    """The flag comes from finite_step: a finite loss whose gradient holds inf. Every row is written (the
+    loss is seen going wrong), then NonFiniteStep names the first bad step, not a later one."""
+    log = metrics_log(tmp_path)
+    with log:
+        rows = StepRows(log, SumOfSquares, CPU, every=10)
+        for step, (loss, gradient) in enumerate([(1.0, 0.5), (2.0, math.inf), (3.0, math.nan), (4.0, 0.5)], 1):
+            rows.add(0, step, step_sums(loss), finite_step(torch.tensor(loss), gradients_with(gradient)), lr=0.1)
+        assert log.rows == 0  # kept on the device until the flush
+        with pytest.raises(NonFiniteStep) as stop:
+            rows.flush()
+    assert stop.value.step == 2 and stop.value.epoch == 0 and stop.value.figures == {"loss": 2.0}
+    assert written_steps(log) == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)] and log.rows == 4
+
+
+def test_a_nan_loss_stops_the_run_at_the_flush_that_every_steps_makes_by_itself(tmp_path: Path) -> None:
+    log = metrics_log(tmp_path)
+    with log:
+        rows = StepRows(log, SumOfSquares, CPU, every=2)
+        rows.add(1, 7, step_sums(1.0), finite_step(torch.tensor(1.0), gradients_with(0.5)))
+        with pytest.raises(NonFiniteStep) as stop:
+            rows.add(1, 8, step_sums(math.nan), finite_step(torch.tensor(math.nan), gradients_with(0.5)))
+    assert (stop.value.epoch, stop.value.step) == (1, 8) and math.isnan(stop.value.figures["loss"])
+    assert [step for step, _ in written_steps(log)] == [7, 8]
+
+
+def test_steps_that_are_all_finite_write_their_rows_and_raise_nothing(tmp_path: Path) -> None:
+    log = metrics_log(tmp_path)
+    with log:
+        rows = StepRows(log, SumOfSquares, CPU, every=3)
+        for step in range(1, 8):
+            rows.add(0, step, step_sums(float(step)), finite_step(torch.tensor(float(step)), gradients_with(0.5)))
+        assert log.rows == 6  # two flushes of three rows; the seventh waits for the next
+        rows.flush()
+    assert written_steps(log) == [(step, float(step)) for step in range(1, 8)]
+
+
+@pytest.mark.parametrize("items, accumulate", [(12, 3), (10, 3), (11, 4), (2, 5), (5, 5), (7, 1), (0, 4), (1, 2)])
+def test_accumulation_windows_hold_accumulate_batches_each_the_last_fewer_every_batch_once_in_order(
+        items: int, accumulate: int) -> None:
+    batches = [("batch", i) for i in range(items)]
+    expected = [batches[start:start + accumulate] for start in range(0, items, accumulate)]
+    windows = list(accumulation_windows(iter(batches), accumulate))  # a loader is read once, as an iterator
+    assert windows == expected
+    assert [batch for window in windows for batch in window] == batches  # each once, in order
+    assert all(a is b for a, b in zip((batch for window in windows for batch in window), batches, strict=True))
+
+
+def test_accumulation_windows_hand_out_each_window_as_soon_as_it_is_full() -> None:
+    """A step starts when its micro-batches are there, not when the loader is exhausted."""
+    windows = accumulation_windows(itertools.count(), 3)
+    assert next(windows) == [0, 1, 2] and next(windows) == [3, 4, 5]
