@@ -219,15 +219,21 @@ def test_a_second_process_is_refused_while_the_first_holds_the_lock_and_told_who
 
 def test_a_lock_taken_by_a_relative_path_is_released_after_a_chdir(tmp_path: Path, locker: Locker,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """As an in-process main() with a relative --out takes and gives back its folder's lock (a test, a
+    notebook): released by the relative path it was taken by, by the folder's own path from another
+    directory, or with every lock this process holds."""
     run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
     run.mkdir()
     elsewhere.mkdir()
-    for release in (lambda: unlock_folder(run), lambda: unlock_folder()):
+    releases = ((tmp_path, lambda: unlock_folder(Path("run"))), (elsewhere, lambda: unlock_folder(run)),
+                (elsewhere, lambda: unlock_folder()))
+    for where, release in releases:
         monkeypatch.chdir(tmp_path)
         assert lock_folder(Path("run")) is None
         monkeypatch.chdir(elsewhere)
         assert lock_folder(run) is None  # the same folder, held already: recorded by where it is
         assert locker.lock(run) is not None
+        monkeypatch.chdir(where)
         release()
         assert locker.lock(run) is None
         locker.unlock(run)

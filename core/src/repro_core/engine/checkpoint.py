@@ -123,16 +123,15 @@ class MetadataUnpickler(pickle.Unpickler):
     a pickle that names another one could run code as it loads."""
 
     def find_class(self, module: str, name: str):
-        # A dotted name is looked up attribute by attribute (pickle protocol 4): "os.system" inside
-        # a module that imports os would reach it. DCP's records are top-level names.
-        if "." not in name:
-            if (module, name) in METADATA_NAMES or (
-                    module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
-                return super().find_class(module, name)
-            if module in METADATA_MODULES:
-                found = super().find_class(module, name)
-                if isinstance(found, type) and found.__module__ == module:  # its own classes, nothing it imported
-                    return found
+        if (module, name) in METADATA_NAMES or (
+                module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+            return super().find_class(module, name)
+        if module in METADATA_MODULES:
+            # Only the classes the module defines. Not any name of it: it imports os and dataclasses,
+            # and pickle (protocol 4) looks a dotted name such as "os.system" up attribute by attribute.
+            found = super().find_class(module, name)
+            if isinstance(found, type) and found.__module__ == module:
+                return found
         raise pickle.UnpicklingError(f"GLOBAL {module}.{name} is not allowed")
 
 
