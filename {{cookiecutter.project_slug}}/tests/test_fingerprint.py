@@ -39,7 +39,7 @@ def fingerprinted(tmp_path_factory):
     """"Theirs": one native fingerprint from a fresh interpreter, its LSTM digest changed, no portable
     record. Then `doctor --fingerprint mine.json --against theirs.json`: (mine's path, what it said)."""
     folder = tmp_path_factory.mktemp("fingerprint")
-    native = subprocess.run([sys.executable, "-m", f"{PACKAGE}.engine.fingerprint"], capture_output=True, text=True,
+    native = subprocess.run([sys.executable, "-m", f"{PACKAGE}.operations"], capture_output=True, text=True,
                             env=python_env(), timeout=600)
     assert native.returncode == 0, native.stderr
     theirs = {"format": 1, "cpu": "their CPU", "modes": {"native": json.loads(native.stdout), "portable": None}}

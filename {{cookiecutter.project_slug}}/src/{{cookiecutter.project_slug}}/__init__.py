@@ -15,6 +15,8 @@ DEFAULT_SEED = {{ cookiecutter.seed|int }}  # the default --seed and --data-seed
     train.py     the recipe: read it top to bottom (python -m {{ cookiecutter.project_slug }}.train)
     verify.py, compare.py, doctor.py, study.py, plot.py
                  the other commands (python -m {{ cookiecutter.project_slug }}.<command>)
+    operations.py
+                 the recipe's own digests for doctor --fingerprint (not a command)
     engine/      the machinery that keeps any task's runs repeatable; you should not need to edit it
 
 `python -m {{ cookiecutter.project_slug }}` lists the commands.

@@ -7,7 +7,8 @@ functions, one of torch's kernels, an optimizer's update, or the whole first ste
 
 doctor computes it twice, each time in a fresh interpreter (the kernel pins are read only when torch
 loads): once natively and once under the pins of --cpu-kernels portable, where this CPU takes
-them. This module is what each of those interpreters runs (`python -m ...engine.fingerprint`).
+them. Each of those interpreters runs the project's operations.py, which adds the digests of the
+recipe's own operations (its data, its first step) to this module's: the engine imports no recipe.
 A run made with --cpu-kernels portable records its machine's portable digests, for its own
 settings, in its folder (fingerprint.json): verify, on a machine that differs, compares them with
 its own and names the operation.
@@ -22,7 +23,6 @@ import os
 import platform
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,9 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import Config
-from ..utils.repro import configure_determinism, seed_everything, set_thread_count, state_dict_sha256
-from .cli import prog
+from .cli import PACKAGE, prog
 from .environment import NOTABLE_CPU_FLAGS
 from .files import write_json
 from .launch import importing_this_copy
@@ -69,18 +67,6 @@ def seeded(index: int, *shape: int) -> torch.Tensor:
 def module(index: int, make) -> nn.Module:
     torch.manual_seed(index)  # its initial weights; this interpreter exists only for the fingerprint
     return make()
-
-
-def data_fingerprints(config: Config) -> dict[str, str]:
-    """The first batch of each split, as the run's seeded loaders give it (augmentation included)."""
-    from .. import task
-    from ..train import first, make_loaders
-
-    seed_everything(config.seed)
-    train_set, val_set = task.make_datasets(config)
-    train_loader, val_loader = make_loaders(first(train_set, config.max_samples), first(val_set, config.max_samples),
-                                            config)
-    return {"data/train": digest(*next(iter(train_loader))), "data/val": digest(*next(iter(val_loader)))}
 
 
 def numpy_fingerprints() -> dict[str, str]:
@@ -124,37 +110,6 @@ def optimizer_fingerprints() -> dict[str, str]:
     return found
 
 
-def first_step_fingerprint(config: Config) -> dict[str, str]:
-    """This task's first optimizer step, as train.py takes it from the run's seed: the weights after it."""
-    from .. import task
-    from ..train import first, make_loaders, train_step
-    from .checkpoint import TrainingState
-    from .loop import accumulation_windows
-    from .optim import make_optimizer
-    from .precision import make_scaler
-
-    device = torch.device("cpu")
-    seed_everything(config.seed)
-    train_set, val_set = task.make_datasets(config)
-    model = task.make_model(config, train_set)
-    train_loader, _ = make_loaders(first(train_set, config.max_samples), first(val_set, config.max_samples), config)
-    optimizer, scheduler = make_optimizer(model, config, config.epochs * len(train_loader))
-    state = TrainingState(model, optimizer, scheduler, make_scaler(config.precision, device))
-    model.train()
-    train_loader.sampler.set_epoch(0)
-    train_step(model, next(iter(accumulation_windows(train_loader, config.accumulate))), state, config, device)
-    return {"task/first_step": state_dict_sha256(model.state_dict())[:16]}
-
-
-def fingerprint(config: Config) -> dict[str, str]:
-    """Every operation's digest, in the order a run meets them: the first that differs between two
-    machines is where they part."""
-    configure_determinism(config.deterministic)
-    set_thread_count(config.threads)
-    return {**data_fingerprints(config), **numpy_fingerprints(), **kernel_fingerprints(), **optimizer_fingerprints(),
-            **first_step_fingerprint(config)}
-
-
 OPERATIONS = ("data/train", "data/val", "numpy/exp", "numpy/log", "numpy/sin", "numpy/tanh", "torch/matmul",
               "torch/linear", "torch/conv2d", "torch/batch_norm", "torch/layer_norm", "torch/softmax",
               "torch/log_softmax", "torch/lstm", "torch/embedding", "optim/sgd", "optim/adamw", "task/first_step")
@@ -166,7 +121,7 @@ RUN_FILE = "fingerprint.json"  # in the folder of a run made with --cpu-kernels 
 
 
 def in_fresh_interpreter(mode: str, config: dict | None = None) -> dict:
-    """This module run in a new interpreter, natively or under the portable pins (each library reads
+    """operations.py run in a new interpreter, natively or under the portable pins (each library reads
     its pin once, as it loads), for a run of `config` (config.json's settings; None: the defaults):
     {"aten": the kernels ATen chose, "operations": {name: digest}}. RuntimeError if it failed."""
     env = {name: value for name, value in os.environ.items() if name not in CPU_KERNEL_VARIABLES}
@@ -174,7 +129,8 @@ def in_fresh_interpreter(mode: str, config: dict | None = None) -> dict:
     env["PYTHONHASHSEED"] = "0"  # nothing here hashes strings into results; fixed all the same
     env = importing_this_copy(env)
     settings = [json.dumps(config)] if config is not None else []
-    result = subprocess.run([sys.executable, "-m", __name__, *settings], capture_output=True, text=True, env=env)
+    result = subprocess.run([sys.executable, "-m", f"{PACKAGE}.operations", *settings], capture_output=True,
+                            text=True, env=env)
     if result.returncode != 0:
         raise RuntimeError(f"the {mode} fingerprint failed: {(result.stderr.strip().splitlines() or ['?'])[-1]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -241,12 +197,3 @@ def compare_fingerprints(mine: dict, theirs: dict) -> tuple[list[str], bool]:
         lines.append(f"{mode}: differs first at {first}{why}; {len(differing)} of {len(shared)} differ: "
                      f"{', '.join(differing)}{note}")
     return lines, same
-
-
-if __name__ == "__main__":
-    # A run's settings (config.json's, as JSON; none: the defaults) on the CPU, as `train --device
-    # cpu` would take them: its data, its model.
-    settings = Config.from_dict(json.loads(sys.argv[1]))[0] if len(sys.argv) > 1 else Config()
-    operations = fingerprint(replace(settings, device="cpu"))
-    print(json.dumps({"aten": torch.backends.cpu.get_cpu_capability(), "operations": operations}))
-    sys.exit(0)
