@@ -58,7 +58,7 @@ def test_the_printed_hash_and_evaluation_are_those_of_the_saved_weights(first: d
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # defines the script's classes; main() runs only as a program
 
-    state = torch.load(first["weights"])
+    state = torch.load(first["weights"], weights_only=True)
     assert state_dict_sha256(state) == first["hash"]
     model = module.Net()
     model.load_state_dict(state)
