@@ -4,6 +4,9 @@ mistake on the command line, refused before anything is written."""
 
 from __future__ import annotations
 
+import csv
+import shutil
+
 import pytest
 import torch
 
@@ -41,6 +44,11 @@ BAD = {
     "seed above 2**32-1": ("--seed", "4294967296"),
     "zero epochs": ("--epochs", "0"),
     "learning rate not a number": ("--lr", "fast"),
+    "learning rate below 0": ("--lr", "-1"),
+    "learning rate NaN": ("--lr", "nan"),
+    "dropout above 1": ("--dropout", "1.5"),
+    "negative momentum": ("--momentum", "-1"),
+    "seed in Arabic-Indic digits": ("--seed", "\u0664\u0662"),
     "comma-separated GPUs": ("--device", "cuda:1,2"),
     "unknown determinism mode": ("--deterministic", "sometimes"),
     "resume without a checkpoint": ("--resume",),
@@ -63,3 +71,42 @@ def test_a_folder_that_holds_a_run_is_refused_and_left_as_it_was(run, capsys):
         main(["--out", str(run.path), *FAST])
     assert exit_info.value.code == 2 and "--resume" in capsys.readouterr().err
     assert {path: path.read_bytes() for path in run.path.iterdir()} == before
+
+
+def test_a_run_prints_no_warning(run):
+    """float() of a loss that still requires grad warns in torch; the run takes its value detached."""
+    assert run.path.with_suffix(".err").read_text(encoding="utf-8").strip() == ""
+
+
+def test_resume_refuses_a_setting_other_than_the_recorded_one_and_leaves_the_run_as_it_was(run, capsys):
+    before = {path: path.read_bytes() for path in run.path.iterdir()}
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out", str(run.path), "--resume", "--lr", "0.01"])
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(error.strip().splitlines()) == 1 and "--lr 0.01" in error
+    assert {path: path.read_bytes() for path in run.path.iterdir()} == before
+
+
+def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_start_with_its_settings(run, tmp_path):
+    """What a stop in epoch 1 leaves: config.json, environment.json and some rows, no checkpoint.
+    --resume trains it from the start with the recorded settings, to the uninterrupted run's bits."""
+    stopped = tmp_path / "stopped"
+    shutil.copytree(run.path, stopped)
+    for name in ("checkpoint.pt", "model.pt", "summary.json"):
+        (stopped / name).unlink()
+    metrics = (stopped / "metrics.csv").read_text(encoding="utf-8").splitlines(keepends=True)
+    (stopped / "metrics.csv").write_text("".join(metrics[:4]), encoding="utf-8")
+    assert main(["--out", str(stopped), "--resume"]) == 0
+    assert Run(stopped).weights == run.weights
+    assert (stopped / "metrics.csv").read_bytes() == (run.path / "metrics.csv").read_bytes()
+
+
+def test_a_loss_that_is_no_longer_finite_stops_the_run_in_one_line_with_its_row_on_record(tmp_path, capsys):
+    out = tmp_path / "diverged"
+    assert main(["--out", str(out), *FAST, "--lr", "1e30"]) == 1  # a learning rate that blows the weights up
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "the loss is" in error
+    with open(out / "metrics.csv", newline="", encoding="utf-8") as file:
+        last = list(csv.DictReader(file))[-1]
+    assert f"step {last['step']}:" in error and last["split"] == "train" and last["loss"] in ("nan", "inf", "-inf")
+    assert not (out / "summary.json").exists() and not (out / "model.pt").exists()
