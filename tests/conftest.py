@@ -111,6 +111,24 @@ class Suite:
 
 SUITE_TIMEOUT = 2400
 
+# Tests of a bake that the default bakes' suites run (the defaults, the teaching defaults) and the
+# template's other suites leave out (--deselect): what they exercise is the same code in every bake,
+# whatever task.py holds and whatever the options those suites vary (the dataset, the names, the
+# language, the licence, the determinism default): the run folder's one-writer lock and the
+# processes that die with it, Ctrl-C in the commands and in loader workers, the hash-seed restart,
+# the package's layout. core/tests tests their core mechanisms directly too (the lock held, released
+# and killed; the restart; Ctrl-C in loader workers). A generated project's own `pytest` runs them
+# all; this saves the template's CI about 3 minutes of one core's time per suite that leaves them out.
+SAME_IN_EVERY_BAKE = (
+    "tests/test_one_writer.py",
+    "tests/test_ctrl_c.py",
+    "tests/test_layout.py",
+    "tests/test_repro.py::test_restart_with_hash_seed_gives_the_order_a_shell_with_that_hash_seed_gives",
+    "tests/test_repro.py::test_negative_control_setting_pythonhashseed_inside_the_script_changes_nothing",
+    "tests/test_data.py::test_loader_workers_leave_ctrl_c_to_the_training_process_however_they_were_started",
+)
+NOT_SAME_IN_EVERY_BAKE = tuple(arg for test in SAME_IN_EVERY_BAKE for arg in ("--deselect", test))
+
 
 def bake(folder: Path, context: dict) -> Path:
     """The template baked without prompts into `folder` with `context`; the project's path."""

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import venv
 from pathlib import Path
+from xml.etree import ElementTree
 
 import jinja2
 import pytest
@@ -22,7 +23,17 @@ try:  # Python 3.11+
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from conftest import AWKWARD_NAME, COOKIECUTTER_JSON, COPIER_ANSWERS_TEMPLATE, TEMPLATE_DIR, Suite, bake, post_gen
+from conftest import (
+    AWKWARD_NAME,
+    COOKIECUTTER_JSON,
+    COPIER_ANSWERS_TEMPLATE,
+    NOT_SAME_IN_EVERY_BAKE,
+    SAME_IN_EVERY_BAKE,
+    TEMPLATE_DIR,
+    Suite,
+    bake,
+    post_gen,
+)
 
 COMBINATIONS = {
     "defaults": {},
@@ -275,23 +286,45 @@ def bake_with_every_readme_route(folder: Path, name: str) -> Path:
 # The generated suites, run in the background from the session's start (conftest.background_suites).
 # The digits combination's plain suite is also that of the README's routes (ROUTED).
 ROUTED = "digits_warn_bsd_no_actions"
+# The bakes whose whole suite runs (conftest.SAME_IN_EVERY_BAKE: what the others leave out).
+DEFAULT_BAKES = ("defaults", "teaching")
 SUITES = {
     "defaults -m slow": Suite(lambda folder: bake(folder, COMBINATIONS["defaults"]), ("-m", "slow"), minutes=8),
     **{f"{name} -m distributed": Suite(lambda folder, name=name: bake(folder, COMBINATIONS[name]),
                                        ("-m", "distributed"), minutes=5)
        for name in DISTRIBUTED_COMBINATIONS},
     **{name: Suite(lambda folder, name=name: bake(folder, COMBINATIONS[name]),
+                   () if name in DEFAULT_BAKES else NOT_SAME_IN_EVERY_BAKE,
                    minutes=1 if COMBINATIONS[name].get("scope") == "teaching" else 4)
        for name in COMBINATIONS},
-    ROUTED: Suite(lambda folder: bake_with_every_readme_route(folder, ROUTED), minutes=4),
+    ROUTED: Suite(lambda folder: bake_with_every_readme_route(folder, ROUTED), NOT_SAME_IN_EVERY_BAKE, minutes=4),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("combination", [pytest.param(name, marks=pytest.mark.suite(name)) for name in COMBINATIONS])
 def test_the_generated_test_suite_passes(combination, background_suites):
-    """The whole plain suite of each combination (ROUTED's with the README's routes taken)."""
+    """The plain suite of each combination (ROUTED's with the README's routes taken): the whole of it
+    for DEFAULT_BAKES, the others less conftest.SAME_IN_EVERY_BAKE."""
     background_suites[combination].result()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("combination", [pytest.param(name, marks=pytest.mark.suite(name)) for name in DEFAULT_BAKES])
+def test_what_the_other_suites_leave_out_ran_and_passed_in_the_default_bakes(combination, background_suites):
+    """Each entry of SAME_IN_EVERY_BAKE names tests that the default bake of its size has, and they
+    passed there (a renamed test would otherwise be left out everywhere, unseen)."""
+    report = background_suites[combination].result().report
+    passed, other = set(), set()
+    for case in ElementTree.parse(report).iter("testcase"):
+        node = case.get("classname").replace(".", "/") + ".py::" + case.get("name")
+        failed = {child.tag for child in case} & {"failure", "error", "skipped"}
+        (other if failed else passed).add(node)
+    size = {path.split("::")[0] for path in passed | other}
+    for entry in SAME_IN_EVERY_BAKE:
+        if entry.split("::")[0] in size or combination == "defaults":
+            assert any(node.startswith(entry) for node in passed), (combination, entry)
+            assert not any(node.startswith(entry) for node in other), (combination, entry)
 
 
 @pytest.mark.slow

@@ -5,7 +5,9 @@ the example's.
 The language model, the regression and the small GPT are the code blocks of the research size's
 docs/tasks.md, taken as a user copies them; task.py is one file for both sizes, so they go into a
 teaching project unchanged too. Each project's plain `pytest` must pass with no failure and no
-error, and the GPT's distributed tier (torchrun, FSDP included) too.
+error, and the GPT's distributed tier (torchrun, FSDP included) too. The tests of
+conftest.SAME_IN_EVERY_BAKE, whose code does not depend on task.py, run in the default bakes' suites
+(tests/test_bake.py), not again here.
 How long it takes against the example's suite (issue 18: at most 1.5 times) is measured by
 benchmarks/tasks.py, with the same functions, rather than here: a test's time depends on what else
 the machine runs.
@@ -14,7 +16,7 @@ the machine runs.
 from __future__ import annotations
 
 import pytest
-from conftest import ROOT, Suite, load
+from conftest import NOT_SAME_IN_EVERY_BAKE, ROOT, Suite, load
 
 tasks = load("tasks_benchmark", ROOT / "benchmarks" / "tasks.py")
 pytestmark = pytest.mark.slow
@@ -42,7 +44,7 @@ def passed(result, label: str) -> str:
 
 def make(name: str, scope: str) -> Suite:
     """The README's task `name` as task.py of a project of size `scope`."""
-    return Suite(lambda folder: tasks.make_project(folder, tasks.readme_tasks()[name], scope),
+    return Suite(lambda folder: tasks.make_project(folder, tasks.readme_tasks()[name], scope), NOT_SAME_IN_EVERY_BAKE,
                  minutes=4.5 if scope == "research" else 1)
 
 
