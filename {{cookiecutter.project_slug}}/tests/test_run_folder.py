@@ -5,16 +5,20 @@ mistake on the command line, refused before anything is written."""
 from __future__ import annotations
 
 import csv
+import errno
+import os
+import pickle
 import shutil
+import sys
 
 import pytest
 import torch
 
-from {{ cookiecutter.project_slug }} import task
+from {{ cookiecutter.project_slug }} import task, train
 from {{ cookiecutter.project_slug }}.train import main
 from {{ cookiecutter.project_slug }}.utils.repro import state_dict_sha256
 
-from conftest import FAST, Run, settings, train_all
+from conftest import FAST, PACKAGE, Run, finish, settings, start, train_all
 
 
 @pytest.fixture(scope="module")
@@ -96,17 +100,124 @@ def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_start_with_i
         (stopped / name).unlink()
     metrics = (stopped / "metrics.csv").read_text(encoding="utf-8").splitlines(keepends=True)
     (stopped / "metrics.csv").write_text("".join(metrics[:4]), encoding="utf-8")
-    assert main(["--out", str(stopped), "--resume"]) == 0
+    finish(start(["-m", f"{PACKAGE}.train", "--out", str(stopped), "--resume"], tmp_path / "resumed"),
+           tmp_path / "resumed")
     assert Run(stopped).weights == run.weights
     assert (stopped / "metrics.csv").read_bytes() == (run.path / "metrics.csv").read_bytes()
 
 
-def test_a_loss_that_is_no_longer_finite_stops_the_run_in_one_line_with_its_row_on_record(tmp_path, capsys):
+def test_a_loss_that_is_no_longer_finite_stops_the_run_in_one_line_with_its_row_on_record(tmp_path, monkeypatch,
+                                                                                         capsys):
+    calls = []
+
+    def nan_at_step_3(sums):  # whatever the task: its own figures, the loss made NaN at the third step
+        figures = metrics_from_sums(sums)
+        calls.append(1)
+        return {**figures, "loss": figures["loss"] * float("nan")} if len(calls) == 3 else figures
+
+    metrics_from_sums = task.metrics_from_sums
+    monkeypatch.setattr(task, "metrics_from_sums", nan_at_step_3)
     out = tmp_path / "diverged"
-    assert main(["--out", str(out), *FAST, "--lr", "1e30"]) == 1  # a learning rate that blows the weights up
+    assert main(["--out", str(out), *FAST]) == 1
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and "the loss is" in error
     with open(out / "metrics.csv", newline="", encoding="utf-8") as file:
         last = list(csv.DictReader(file))[-1]
-    assert f"step {last['step']}:" in error and last["split"] == "train" and last["loss"] in ("nan", "inf", "-inf")
+    assert "step 3:" in error and (last["step"], last["split"], last["loss"]) == ("3", "train", "nan")
     assert not (out / "summary.json").exists() and not (out / "model.pt").exists()
+
+
+def copy_of(run: Run, folder) -> Run:
+    shutil.copytree(run.path, folder)
+    return Run(folder)
+
+
+def refused_on_resume(folder, capsys) -> str:
+    """--resume of `folder`: exit 2 and one line (returned), every file left as it was."""
+    before = {path: path.read_bytes() for path in folder.iterdir()}
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out", str(folder), "--resume"])
+    error = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and len(error.splitlines()) == 1, error
+    assert {path: path.read_bytes() for path in folder.iterdir()} == before
+    return error
+
+
+def test_resume_refuses_a_metrics_csv_with_fewer_rows_than_its_checkpoint_counted(run, tmp_path, capsys):
+    folder = copy_of(run, tmp_path / "cut").path
+    rows = (folder / "metrics.csv").read_text(encoding="utf-8").splitlines(keepends=True)
+    (folder / "metrics.csv").write_text("".join(rows[:10]), encoding="utf-8")
+    assert "9 rows" in refused_on_resume(folder, capsys)
+
+
+@pytest.mark.parametrize("text", ["", '{"seed": 3', "[1, 2]", '{"seed": 3}', "7"],
+                         ids=["empty", "cut short", "a list", "settings left out", "a number"])
+def test_resume_refuses_a_config_json_it_cannot_read_back(text, run, tmp_path, capsys):
+    folder = copy_of(run, tmp_path / "config").path
+    (folder / "config.json").write_text(text, encoding="utf-8")
+    assert "config.json" in refused_on_resume(folder, capsys)
+
+
+class RunsCode:
+    def __reduce__(self):
+        return os.system, ("echo ran >&2",)
+
+
+@pytest.mark.parametrize("content", ["another project's", "crafted to run code", "cut short"])
+def test_resume_refuses_a_checkpoint_that_is_not_this_runs_in_one_line(content, run, tmp_path, capsys):
+    folder = copy_of(run, tmp_path / "checkpoint").path
+    checkpoint = folder / "checkpoint.pt"
+    if content == "another project's":
+        torch.save({"model": {"other.weight": torch.zeros(1)}, "optimizer": {}, "epoch": 0, "rows": 1}, checkpoint)
+    elif content == "crafted to run code":
+        checkpoint.write_bytes(pickle.dumps({"model": RunsCode()}, protocol=2))
+    else:
+        checkpoint.write_bytes(checkpoint.read_bytes()[:100])
+    assert "is not a checkpoint of this run" in refused_on_resume(folder, capsys)
+
+
+def test_ctrl_c_ends_the_run_in_one_line_with_exit_130_and_its_last_checkpoint_whole(tmp_path, monkeypatch, capsys):
+    evaluations = []
+
+    def interrupted_in_epoch_2(*args):
+        evaluations.append(1)
+        if len(evaluations) == 2:  # epoch 2's evaluation: epoch 1's checkpoint is written
+            raise KeyboardInterrupt
+        return evaluate(*args)
+
+    evaluate = train.evaluate
+    monkeypatch.setattr(train, "evaluate", interrupted_in_epoch_2)
+    monkeypatch.setattr(sys, "argv", ["train", "--out", str(tmp_path / "run"), *FAST])
+    assert train.command_line() == 130
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "interrupted" in error and "--resume" in error
+    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["epoch"] == 0
+    assert not (tmp_path / "run" / "checkpoint.partial").exists()
+
+
+def test_a_full_disk_is_one_line_and_exit_1_leaving_the_last_checkpoint_and_no_partial_file(tmp_path, monkeypatch,
+                                                                                           capsys):
+    saves = []
+
+    def save_on_a_disk_that_fills_up(obj, file, *args, **kwargs):
+        saves.append(1)
+        if len(saves) == 2:  # epoch 2's checkpoint
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return save(obj, file, *args, **kwargs)
+
+    save = torch.save
+    monkeypatch.setattr(torch, "save", save_on_a_disk_that_fills_up)
+    monkeypatch.setattr(sys, "argv", ["train", "--out", str(tmp_path / "run"), *FAST])
+    assert train.command_line() == 1
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "No space left on device" in error
+    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["epoch"] == 0
+    assert sorted(path.name for path in (tmp_path / "run").iterdir()) == [
+        "checkpoint.pt", "config.json", "environment.json", "metrics.csv"]
+
+
+def test_an_out_under_a_file_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
+    (tmp_path / "file").write_text("not a folder")
+    monkeypatch.setattr(sys, "argv", ["train", "--out", str(tmp_path / "file" / "run"), *FAST])
+    assert train.command_line() == 1
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
