@@ -9,6 +9,8 @@ import errno
 import os
 import pickle
 import shutil
+import signal
+import subprocess
 import sys
 
 import pytest
@@ -18,7 +20,7 @@ from {{ cookiecutter.project_slug }} import task, train
 from {{ cookiecutter.project_slug }}.train import main
 from {{ cookiecutter.project_slug }}.utils.repro import state_dict_sha256
 
-from conftest import FAST, PACKAGE, Run, finish, settings, start, train_all
+from conftest import FAST, PACKAGE, Run, finish, python_env, settings, start, train_all, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -221,3 +223,42 @@ def test_an_out_under_a_file_is_one_line_and_exit_1(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(sys, "argv", ["train", "--out", str(tmp_path / "file" / "run"), *FAST])
     assert train.command_line() == 1
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+HELD_AT_STEP_3 = """
+import signal, sys
+from pathlib import Path
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+from {package} import train
+
+def hold(optimizer, args, kwargs):  # before the third optimizer.step(): the run is training
+    hold.steps += 1
+    if hold.steps == 3:
+        Path(sys.argv[1]).write_text("held")
+        signal.pause()  # until the test's SIGKILL
+hold.steps = 0
+register_optimizer_step_pre_hook(hold)
+sys.exit(train.main(sys.argv[2:]))
+"""
+
+
+def test_a_folder_a_run_is_training_in_is_refused_to_a_second_run_and_to_resume_until_that_run_ends(
+        tmp_path, capsys):
+    out, marker = tmp_path / "live", tmp_path / "held"
+    live = subprocess.Popen([sys.executable, "-c", HELD_AT_STEP_3.format(package=PACKAGE), str(marker), "--out",
+                             str(out), *FAST], env=python_env(), start_new_session=True, stderr=subprocess.PIPE)
+    try:
+        wait_for(marker, live)
+        before = {path: path.read_bytes() for path in out.iterdir()}
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--out", str(out), "--resume"])  # the live run has no checkpoint yet: it would start over
+        error = capsys.readouterr().err.strip()
+        assert exit_info.value.code == 2 and len(error.splitlines()) == 1 and "in use" in error
+        with pytest.raises(SystemExit):  # a second new run that got past settings() before config.json was written
+            train.lock_run_folder(out)
+        assert "in use" in capsys.readouterr().err
+        assert {path: path.read_bytes() for path in out.iterdir()} == before
+    finally:
+        os.killpg(live.pid, signal.SIGKILL)
+        live.wait()
+    os.close(train.lock_run_folder(out))  # the control: the killed run's lock went with it
