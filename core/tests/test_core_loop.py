@@ -13,6 +13,7 @@ import pytest
 import torch
 from repro_core.engine.loop import NonFiniteStep, StepRows, accumulation_windows, finite_step
 from repro_core.engine.run_folder import MetricsLog
+from torch import nn
 
 CPU = torch.device("cpu")
 
@@ -130,3 +131,25 @@ def test_accumulation_windows_hand_out_each_window_as_soon_as_it_is_full() -> No
     """A step starts when its micro-batches are there, not when the loader is exhausted."""
     windows = accumulation_windows(itertools.count(), 3)
     assert next(windows) == [0, 1, 2] and next(windows) == [3, 4, 5]
+
+
+class OwnLayerNorm(nn.Module):
+    """nanoGPT's norm: a class of its own, so no list of torch's norm classes names it."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.layer_norm(x, self.weight.shape, self.weight)
+
+
+def test_weight_decay_on_weights_exempts_a_tasks_own_norm_by_its_one_dimension_and_decays_every_matrix() -> None:
+    from repro_core.engine.optim import parameter_groups
+
+    model = nn.Sequential(nn.Embedding(5, 4), nn.Linear(4, 4), OwnLayerNorm(4), nn.LayerNorm(4), nn.Linear(4, 3))
+    decayed, exempt = parameter_groups(model, 0.1, "weights")
+    assert [id(p) for p in decayed["params"]] == [id(model[1].weight), id(model[4].weight)]
+    assert {id(p) for p in exempt["params"]} == {id(model[0].weight), id(model[1].bias), id(model[2].weight),
+                                                 id(model[3].weight), id(model[3].bias), id(model[4].bias)}
+    assert (decayed["weight_decay"], exempt["weight_decay"]) == (0.1, 0.0)

@@ -29,15 +29,17 @@ NO_DECAY_MODULES = (nn.Embedding, nn.EmbeddingBag, nn.LayerNorm, nn.GroupNorm, n
 
 def parameter_groups(model: nn.Module, weight_decay: float, decay_on: str) -> list[dict]:
     """The optimizer's parameter groups. `decay_on` "all": one group, every parameter decays.
-    "weights": biases and the parameters of embeddings and norms (NO_DECAY_MODULES) decay by 0,
-    everything else by `weight_decay`. A parameter shared by two modules (an embedding tied to the
-    output layer) is exempt if either exempts it, and is listed once."""
+    "weights": biases, every parameter of fewer than 2 dimensions (a scale or gain: the norms a task
+    defines itself, such as nanoGPT's `class LayerNorm(nn.Module)`, which no class list can know;
+    nanoGPT's own rule is `p.dim() >= 2` decays) and the parameters of embeddings and of torch's
+    norms (NO_DECAY_MODULES) decay by 0, everything else by `weight_decay`. A parameter shared by two
+    modules (an embedding tied to the output layer) is exempt if either exempts it, listed once."""
     if decay_on == "all":
         return [{"params": list(model.parameters()), "weight_decay": weight_decay}]
     exempt = set()
     for module in model.modules():
         for name, parameter in module.named_parameters(recurse=False):
-            if isinstance(module, NO_DECAY_MODULES) or name.endswith("bias"):
+            if isinstance(module, NO_DECAY_MODULES) or name.endswith("bias") or parameter.dim() < 2:
                 exempt.add(id(parameter))
     parameters = list(model.parameters())  # each shared parameter once, in the model's order
     return [{"params": [p for p in parameters if id(p) not in exempt], "weight_decay": weight_decay},
