@@ -253,6 +253,17 @@ def settings(args):
     return SimpleNamespace(seed=args.seed, data_seed=args.seed, width=16, dropout=0.25)
 
 
+def model_and_loaders(args):
+    """The task's model and plain shuffling loaders, as both peers build them after seeding."""
+    config = settings(args)
+    train_set, val_set = task.make_datasets(config)
+    model = task.make_model(config, train_set)
+    train_loader = DataLoader(first(train_set, args.max_samples), batch_size=64, shuffle=True,
+                              num_workers=args.num_workers)
+    val_loader = DataLoader(first(val_set, args.max_samples), batch_size=256, num_workers=args.num_workers)
+    return model, train_loader, val_loader
+
+
 def write_summary(out, model):
     out.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), out / "model.pt")
@@ -285,12 +296,7 @@ def main():
     args = flags()
     set_seed(args.seed)
     torch.set_num_threads(1)
-    config = settings(args)
-    train_set, val_set = task.make_datasets(config)
-    model = task.make_model(config, train_set)
-    train_loader = DataLoader(first(train_set, args.max_samples), batch_size=64, shuffle=True,
-                              num_workers=args.num_workers)
-    val_loader = DataLoader(first(val_set, args.max_samples), batch_size=256, num_workers=args.num_workers)
+    model, train_loader, val_loader = model_and_loaders(args)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     for epoch in range(args.epochs):
         model.train()
@@ -335,12 +341,7 @@ def main():
     args = flags()
     lightning.seed_everything(args.seed, workers=True)
     torch.set_num_threads(1)
-    config = settings(args)
-    train_set, val_set = task.make_datasets(config)
-    net = task.make_model(config, train_set)
-    train_loader = DataLoader(first(train_set, args.max_samples), batch_size=64, shuffle=True,
-                              num_workers=args.num_workers)
-    val_loader = DataLoader(first(val_set, args.max_samples), batch_size=256, num_workers=args.num_workers)
+    net, train_loader, val_loader = model_and_loaders(args)
     trainer = lightning.Trainer(deterministic=True, max_epochs=args.epochs, accelerator="cpu", devices=1,
                                 default_root_dir=args.out, enable_progress_bar=False)
     trainer.fit(Classifier(net), train_loader, val_loader)

@@ -165,12 +165,16 @@ class RunsCode:
         return os.system, ("echo ran >&2",)
 
 
-@pytest.mark.parametrize("content", ["another project's", "crafted to run code", "cut short"])
+@pytest.mark.parametrize("content", ["another project's", "without its row count", "crafted to run code",
+                                     "cut short"])
 def test_resume_refuses_a_checkpoint_that_is_not_this_runs_in_one_line(content, run, tmp_path, capsys):
     folder = copy_of(run, tmp_path / "checkpoint").path
     checkpoint = folder / "checkpoint.pt"
     if content == "another project's":
         torch.save({"model": {"other.weight": torch.zeros(1)}, "optimizer": {}, "epoch": 0, "rows": 1}, checkpoint)
+    elif content == "without its row count":  # this run's weights, from a checkpoint of another layout
+        torch.save({key: value for key, value in torch.load(checkpoint, weights_only=True).items() if key != "rows"},
+                   checkpoint)
     elif content == "crafted to run code":
         checkpoint.write_bytes(pickle.dumps({"model": RunsCode()}, protocol=2))
     else:
