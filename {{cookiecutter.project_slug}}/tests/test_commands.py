@@ -96,6 +96,7 @@ CASES = {
         "a missing run": (["{run}", "{missing}"], "does not exist"),
         "a file for a run": (["{file}", "{run}"], "is not a folder"),
         "a corrupt run": (["{run}", "{corrupt_run}"], "config.json is corrupt"),
+        "a hand-edited run": (["{run}", "{edited_run}"], "config.json: its lr is 'fast', which is not a number"),
     },
     "doctor": {
         "no scratch folder": ([], "scratch folder"),

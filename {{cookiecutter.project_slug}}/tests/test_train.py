@@ -6,6 +6,9 @@ import pytest
 import torch
 
 from {{ cookiecutter.project_slug }} import task
+from {{ cookiecutter.project_slug }}.config import Config
+from {{ cookiecutter.project_slug }}.engine import plan
+from {{ cookiecutter.project_slug }}.engine.plan import length_problem
 from {{ cookiecutter.project_slug }}.engine.runs import read_run
 from {{ cookiecutter.project_slug }}.train import evaluation_due, main
 from {{ cookiecutter.project_slug }}.utils.device import select_device
@@ -188,6 +191,7 @@ BAD_FLAGS = {
     "unknown optimizer": ("--optimizer", "lbfgs"),
     "empty out (an unset shell variable)": ("--out", ""),
     "a name over the file system's limit": ("--out", "x" * 300),
+    "threads beyond any machine": ("--threads", "10000"),
 }
 
 
@@ -199,6 +203,39 @@ def test_bad_flags_give_one_clear_line_and_exit_2_before_touching_anything(flags
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
     assert not (tmp_path / "never").exists()
     assert not torch.are_deterministic_algorithms_enabled()  # no global setting was changed yet
+
+
+@pytest.mark.parametrize("flags, start, end", [
+    (("--batch-size", "1000000"), "--batch-size 1000000 is more than the ", " training samples (--max-samples "),
+    (("--schedule", "cosine", "--warmup-steps", "1000000"), "--warmup-steps 1000000 is longer than the run's ",
+     " optimizer steps: the learning rate would never reach --lr"),
+], ids=["a batch larger than the data", "a warm-up longer than the run"])
+def test_a_batch_or_a_warm_up_the_data_cannot_fill_is_one_line_and_exit_2_writing_no_file(flags, start, end, tmp_path,
+                                                                                           capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out", str(tmp_path / "never"), *FAST, *flags])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and start in line and end in line, line
+    assert list(tmp_path.rglob("*")) in ([], [tmp_path / "never"])  # at most the empty folder a rerun may use
+
+
+def test_a_batch_of_all_the_samples_and_a_warm_up_of_the_whole_run_are_accepted():
+    """The edges of the refusals above: a run may take its whole training set as one batch, and warm up to its
+    last step (the refusal's arithmetic, not a run: the run's checks are the ones above)."""
+    config = Config(batch_size=16, schedule="cosine", warmup_steps=8)
+    assert length_problem(config, train_samples=16, steps=8) is None
+    assert "--batch-size 16 is more than the 15 training samples:" in length_problem(config, 15, 8)
+    assert "--warmup-steps 8 is longer than the run's 7 optimizer steps" in length_problem(config, 16, 7)
+
+
+@pytest.mark.parametrize("threads, warned", [(2, False), (3, True)])
+def test_more_threads_than_the_machine_lets_the_process_use_is_warned_in_one_line(threads, warned, tmp_path,
+                                                                                  monkeypatch, capsys):
+    monkeypatch.setattr(plan, "available_cpus", lambda: 2)
+    plan.plan_run(["--out", str(tmp_path / "run"), "--threads", str(threads)])
+    err = capsys.readouterr().err
+    assert (f"warning: --threads {threads} is more than the 2 CPU(s) this process may use" in err) is warned, err
+    assert len(err.splitlines()) == warned
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA; the refusal is for CPU-only machines")

@@ -39,11 +39,12 @@ def environment_lines(a: Run, b: Run, config_a: dict, config_b: dict) -> list[st
 
 
 def settings(run: Run) -> dict:
-    """The run's settings, with the defaults of those it did not record."""
+    """The run's settings, with the defaults of those it did not record; RunError (one line) for a
+    config.json that verify and --resume would refuse (a hand-edited value, a setting this code lacks)."""
     try:
         return Config.from_dict(run.config)[0].to_dict()
-    except (TypeError, ValueError):  # settings this code does not know: compare what was recorded
-        return run.config
+    except (TypeError, ValueError) as error:
+        raise RunError(f"{run.path / 'config.json'}: {error}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         a, b = read_run(args.run_a), read_run(args.run_b)
+        config_a, config_b = settings(a), settings(b)
     except RunError as error:
         parser.error(str(error))
     if args.plot:
@@ -63,7 +65,6 @@ def main(argv: list[str] | None = None) -> int:
         if out_problem(args.plot, "--plot"):
             parser.error(out_problem(args.plot, "--plot"))
 
-    config_a, config_b = settings(a), settings(b)
     print(f"A: {a.path}\nB: {b.path}")
     for title, lines in (("config differences", differences(config_a, config_b)),
                          ("environment differences", environment_lines(a, b, config_a, config_b))):

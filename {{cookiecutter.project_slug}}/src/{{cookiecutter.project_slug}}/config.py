@@ -37,6 +37,9 @@ EFFECTS = ("weights", "evaluation", "machine", "execution", "failure", "fixed")
 # Settings that earlier versions recorded and this one no longer has: a config.json that holds one
 # is read without it (what it chose is now fixed elsewhere, as its note says).
 RETIRED = {"dataset": "the example's data, now task.py's DATASET"}
+# More intra-op threads than any machine has cores only oversubscribes it (10000 started 15,355
+# threads and stalled a two-core machine); a run asking for more than this one has is warned.
+MAX_THREADS = 512
 
 
 def integer(low: int, high: int | None = None):
@@ -130,8 +133,9 @@ class Config:
     val_batch_size: int = setting(256, "samples per evaluation batch (each process)", integer(1), effect="evaluation")
     eval_every: int = setting(1, "evaluate every K epochs (0: only at the end)", integer(0), effect="evaluation")
     # The machine.
-    threads: int = setting(1, "CPU threads for torch's intra-op parallelism; recorded because results can "
-                           "depend on it (not the machine's core count)", integer(1), effect="machine")
+    threads: int = setting(1, "CPU threads for torch's intra-op parallelism, at most " + str(MAX_THREADS) + "; "
+                           "recorded because results can depend on it (not the machine's core count)",
+                           integer(1, MAX_THREADS), effect="machine")
     cpu_kernels: str = setting("native", "native: each CPU library picks its fastest code path for this CPU "
                                "(AVX-512 where there is one); portable: every one pinned to AVX2, so that x86-64 "
                                "CPUs with AVX2 compute the same bits (slower where AVX-512 would help)",

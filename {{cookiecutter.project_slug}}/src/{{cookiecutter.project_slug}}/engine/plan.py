@@ -6,6 +6,7 @@ Every check of the input happens here: a mistake gets one line and exit 2, and a
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -78,6 +79,9 @@ def plan_run(argv: list[str] | None) -> Plan | None:
         refuse_if(out_dir_refusal(out, args.overwrite))
     refuse_if(parallel_problem(config) or config.problem() or tracking_problem(config)
               or cpu_kernels_problem(config.cpu_kernels))
+    if config.threads > available_cpus():
+        say(f"warning: --threads {config.threads} is more than the {available_cpus()} CPU(s) this process may use: "
+            "the threads take turns on them, which gives the same bits, only slower")
     try:
         device = select_device(config.device)  # only asks what exists; CUDA stays uninitialised
         if world_size > 1 and device.type == "cuda":  # one GPU per process: the one torchrun assigned
@@ -86,6 +90,23 @@ def plan_run(argv: list[str] | None) -> Plan | None:
         refuse(str(error))
     return Plan(config, out, device, checkpoint, path, args.stop_after_steps, tuple(added), started_with,
                 tuple(history), tuple(older) if args.resume else ())
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system has one, else all)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def length_problem(config: Config, train_samples: int, steps: int) -> str | None:
+    """A run too short for its settings, known once the data is there: one sentence, or None."""
+    limited = f" (--max-samples {config.max_samples})" if config.max_samples else ""
+    if train_samples < config.batch_size:
+        return (f"--batch-size {config.batch_size} is more than the {train_samples} training samples{limited}: "
+                "a step would need samples the data does not have; lower --batch-size")
+    if config.warmup_steps > steps:
+        return (f"--warmup-steps {config.warmup_steps} is longer than the run's {steps} optimizer steps: the "
+                "learning rate would never reach --lr; lower --warmup-steps, or train for longer")
+    return None
 
 
 def parallel_problem(config: Config) -> str | None:
