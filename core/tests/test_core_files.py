@@ -1,6 +1,7 @@
-"""engine/files.py and the run folder's lock (engine/run_folder.py): a kill mid-write leaves the old file
-and nothing that blocks the next write; writers never share a temporary file; JSON floats round-trip;
-one process at a time writes a folder, and a refusal names the one that does.
+"""engine/files.py, reading a run folder back (engine/runs.py) and the run folder's lock
+(engine/run_folder.py): a kill mid-write leaves the old file and nothing that blocks the next write;
+writers never share a temporary file; JSON floats round-trip; a folder that is no run is named in one
+line; one process at a time writes a folder, and a refusal names the one that does.
 
 Children are waited on through their pipes (a line they print when they reach a state), never by
 sleeping, and killed by process group.
@@ -23,6 +24,7 @@ import pytest
 from core_helpers import PYTHON
 from repro_core.engine.files import atomic_write, write_json
 from repro_core.engine.run_folder import clear_leftovers, lock_folder, unlock_folder
+from repro_core.engine.runs import RunError, read_run
 
 
 def temporaries(target: Path) -> list[Path]:
@@ -153,6 +155,24 @@ def test_write_json_round_trips_floats_exactly(tmp_path: Path) -> None:
     assert [repr(x) for x in back["loss"]] == [repr(x) for x in floats]  # bit for bit, -0.0 included
     assert math.copysign(1.0, back["loss"][4]) == -1.0
     assert "régression" in path.read_text(encoding="utf-8") and path.read_text(encoding="utf-8").endswith("}\n")
+
+
+@pytest.mark.parametrize("header, piece", [
+    ("epoch,step,split,lr,loss,accuracy", None),
+    ("epoch,step,split,loss,accuracy", "is a run of the teaching size's train.py (its metrics.csv has no lr column)"),
+    ("step,loss", "metrics.csv is corrupt (header"),
+], ids=["a research run", "a teaching-size run", "neither"])
+def test_read_run_reads_a_run_and_says_in_one_line_what_a_folder_it_cannot_read_is(header: str, piece: str | None,
+                                                                                     tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")
+    lr = "0.1," if ",lr," in header else ""
+    (tmp_path / "metrics.csv").write_text(f"{header}\n0,1,train,{lr}2.5,0.25\n", encoding="utf-8")
+    if piece is None:
+        assert read_run(tmp_path).train_losses == ["2.5"]
+    else:
+        with pytest.raises(RunError) as error:
+            read_run(tmp_path)
+        assert piece in str(error.value) and "\n" not in str(error.value)
 
 
 # --- the run folder's lock -----------------------------------------------------------------------------------

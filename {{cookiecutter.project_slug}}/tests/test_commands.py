@@ -43,11 +43,13 @@ def make_places(root: Path) -> dict[str, Path]:
     corrupt_study.mkdir()
     (corrupt_study / "study.json").write_text("{not json")
     (root / "notes.txt").write_text("a file, not a folder\n")
+    teaching_run = shutil.copytree(run, root / "teaching_run")  # as the teaching size's train.py writes it
+    (teaching_run / "metrics.csv").write_text("epoch,step,split,loss,accuracy\n0,1,train,2.5,0.25\n0,1,val,2.0,0.5\n")
     return {"run": run, "file": root / "notes.txt", "missing": root / "missing", "corrupt_run": corrupt_run,
-            "edited_run": edited_run, "corrupt_study": corrupt_study}
+            "edited_run": edited_run, "corrupt_study": corrupt_study, "teaching_run": teaching_run}
 
 
-# command -> case -> (its arguments, with {run}, {file}, {missing}, {corrupt_run}, {corrupt_study} filled
+# command -> case -> (its arguments, with the places of make_places ({run}, {file}, {missing}, ...) filled
 # in; a piece of the one line it must print). "scratch" cases: no temporary folder can be made.
 CASES = {
     "train": {
@@ -79,6 +81,7 @@ CASES = {
         "a file for a run": (["{file}", "--out", "{missing}.png"], "is not a folder"),
         "a corrupt run": (["{corrupt_run}", "--out", "{missing}.png"], "config.json is corrupt"),
         "a corrupt study": (["{corrupt_study}", "--out", "{missing}.png"], "study.json is corrupt"),
+        "a teaching-size run": (["{teaching_run}", "--out", "{missing}.png"], "is a run of the teaching size's"),
     },
     "verify": {
         "no scratch folder": (["{run}"], "scratch folder"),
@@ -87,6 +90,7 @@ CASES = {
         "a corrupt run": (["{corrupt_run}"], "config.json is corrupt"),
         "a hand-edited run": (["{edited_run}"], "config.json: its lr is 'fast', which is not a number"),
         "a study for a run": (["{corrupt_study}"], "holds no run"),
+        "a teaching-size run": (["{teaching_run}"], "is a run of the teaching size's"),
     },
     "compare": {
         "plot where nothing can be written": (["{run}", "{run}", "--plot", f"{NO_FILES}.png"],
@@ -97,6 +101,7 @@ CASES = {
         "a file for a run": (["{file}", "{run}"], "is not a folder"),
         "a corrupt run": (["{run}", "{corrupt_run}"], "config.json is corrupt"),
         "a hand-edited run": (["{run}", "{edited_run}"], "config.json: its lr is 'fast', which is not a number"),
+        "a teaching-size run": (["{teaching_run}", "{run}"], "is a run of the teaching size's"),
     },
     "doctor": {
         "no scratch folder": ([], "scratch folder"),

@@ -72,6 +72,10 @@ def read_metrics(path: Path) -> tuple[list[dict], tuple[str, ...]]:
         with open(path, newline="", encoding="utf-8") as file:
             reader = csv.DictReader(file)
             header = tuple(reader.fieldnames or ())
+            if header[:3] == ROW_FIELDS[:3] and "lr" not in header and "loss" in header:
+                raise RunError(f"{path.parent} is a run of the teaching size's train.py (its {path.name} has no lr "
+                               "column): this tool reads runs of the research train; two teaching runs are the same "
+                               "when their summary.json's weights_sha256 are")
             if header[: len(ROW_FIELDS)] != ROW_FIELDS or "loss" not in header[len(ROW_FIELDS):]:
                 raise RunError(f"{path} is corrupt (header {list(header)}, expected epoch, step, split, lr, loss, "
                                "...)")
