@@ -4,6 +4,7 @@ reports it), never a KeyboardInterrupt traceback; a training child it started st
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 
 from {{ cookiecutter.project_slug }}.engine.cli import run_command
 
-from conftest import PACKAGE, alive, ended_in_time, python_env, start_module, wait_until
+from conftest import HANG, PACKAGE, ended_in_time, python_env, start_module, wait_until
 
 
 def test_run_command_turns_a_keyboard_interrupt_into_one_line_and_130(capsys):
@@ -24,23 +25,37 @@ def test_run_command_turns_a_keyboard_interrupt_into_one_line_and_130(capsys):
     assert err == "python -m {{ cookiecutter.project_slug }}.plot: interrupted (Ctrl-C)"
 
 
-@pytest.mark.parametrize("command, started", [("verify", "re-running"), ("doctor", "determinism in effect:")])
-def test_ctrl_c_in_a_command_that_trains_ends_it_in_one_line_with_exit_130(command, started, runs, tmp_path):
+# Imported first by every Python process the command starts (sitecustomize, from PYTHONPATH): a
+# training child writes its pid and waits there, so that the test signals the command while its child
+# lives, however loaded the machine: a state to wait on, not a moment to catch.
+HOLD_TRAINING = """
+import os, sys, time
+if "-m" in sys.orig_argv and "PACKAGE.train" in sys.orig_argv:
+    with open(os.environ["TRAINING_CHILDREN"], "a") as file:
+        file.write(str(os.getpid()) + "\\n")
+    while True:
+        time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("command", ["verify", "doctor"])
+def test_ctrl_c_in_a_command_that_trains_ends_it_in_one_line_with_exit_130(command, runs, tmp_path):
+    (tmp_path / "hold").mkdir()
+    (tmp_path / "hold" / "sitecustomize.py").write_text(HOLD_TRAINING.replace("PACKAGE", PACKAGE), encoding="utf-8")
+    children = tmp_path / "children"
+    env = python_env(TRAINING_CHILDREN=str(children))
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "hold"), env["PYTHONPATH"]])
     args = [str(runs["seed7"].path)] if command == "verify" else []
-    process = start_module(command, *args, log=tmp_path / command)
-
-    def children() -> list[int]:
-        return [int(pid) for pid in open(f"/proc/{process.popen.pid}/task/{process.popen.pid}/children").read().split()]
-
-    # Once it trains: its training children exist (the instant it forks them is the test below's).
-    wait_until(lambda: started in process.stdout and children(), process, f"{command} starting its training")
-    training = children()
+    process = start_module(command, *args, log=tmp_path / command, env=env)
+    wait_until(lambda: children.exists() and children.read_text().endswith("\n"), process,
+               f"{command} starting its training")
+    training = [int(pid) for pid in children.read_text().split()]
     process.popen.send_signal(signal.SIGINT)  # the command alone, as a terminal's Ctrl-C reaches it first
     assert process.wait() == 130, process.stderr[-3000:]
     lines = process.stderr.strip().splitlines()
     assert lines[-1] == f"python -m {{ cookiecutter.project_slug }}.{command}: interrupted (Ctrl-C)", lines
     assert "Traceback" not in process.stderr
-    assert all(ended_in_time(child, limit=120) for child in training if alive(child))
+    assert all(ended_in_time(child) for child in training)  # HANG: a limit that only ends a hang
 
 
 # Ctrl-C at the worst moment: while the training child is being forked. Python runs its at-fork
@@ -63,5 +78,5 @@ def test_ctrl_c_while_a_command_forks_its_training_child_still_interrupts_it():
     """SIGINT is blocked while the child is forked: it arrives once Popen is done, as a
     KeyboardInterrupt the command handles, instead of vanishing in an at-fork hook."""
     done = subprocess.run([sys.executable, "-c", CTRL_C_DURING_FORK.format(package=PACKAGE)], capture_output=True,
-                          text=True, env=python_env(), timeout=120)
+                          text=True, env=python_env(), timeout=HANG)
     assert done.returncode == 130, done.stderr[-2000:]
