@@ -24,6 +24,7 @@ since copier does not put the template's folder on the import path).
   to `question` (hooks/pre_gen_project.py's ANSWER_CHECKS), or "" when the answer is good.
 - `paths_to_remove(answers)`: for copier's `_exclude`: the post-generation hook's own list of the
   files that the options turn off.
+- `absolute_source`: for copier's answers file: the template's path made absolute (see the function).
 """
 
 import datetime
@@ -101,6 +102,18 @@ def utc_year() -> str:
     return str(datetime.datetime.now(datetime.timezone.utc).year)
 
 
+def absolute_source(answers: dict) -> dict:
+    """copier's answers, with `_src_path` made absolute when it names a folder here by a relative
+    path. copier records the path as typed (`copier copy repro-template my_project`), and `copier
+    update`, typed inside the project, looks for it from there and stops ("Updating is only
+    supported in git-tracked templates"). cruft records the absolute path itself. A URL
+    (`gh:org/repro-template`, `https://...`, `git@...`) and an absolute path are kept as they are."""
+    source = answers.get("_src_path")
+    if isinstance(source, str) and source and not Path(source).is_absolute() and Path(source).is_dir():
+        return {**answers, "_src_path": str(Path(source).resolve())}
+    return answers
+
+
 class Filters(Extension):
     """Registers the filters and functions; named in cookiecutter.json and copier.yml."""
 
@@ -122,6 +135,7 @@ class Filters(Extension):
         environment.filters["identifier"] = identifier
         environment.filters["tojson"] = tojson
         environment.filters["template_page"] = template_page
+        environment.filters["absolute_source"] = absolute_source
         environment.globals["utc_year"] = utc_year
         environment.globals["refusal"] = refusal
         environment.globals["paths_to_remove"] = post_gen.paths_to_remove

@@ -10,10 +10,13 @@ grown project's tests of its task run.
 from __future__ import annotations
 
 import filecmp
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 from conftest import (
     COOKIECUTTER_JSON,
@@ -266,43 +269,77 @@ def test_copier_update_brings_a_template_change_in_and_the_users_edit_survives(t
     assert check.returncode == 0 and "up-to-date" in (check.stdout + check.stderr).lower(), check.stderr
 
 
+def train_hash(project: Path, flags: list[str], env) -> str:
+    """The weights_sha256 of `python -m my_project.train FLAGS` in `project`, in a fresh process."""
+    result = subprocess.run([sys.executable, "-m", "my_project.train", *flags], cwd=project, capture_output=True,
+                            text=True, env={**env, "PYTHONPATH": str(project / "src")}, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return re.search(r"weights_sha256 ([0-9a-f]{64})", result.stdout).group(1)
+
+
 @pytest.mark.slow
 def test_a_teaching_project_grows_into_the_research_size_by_copier_update_and_keeps_its_task(tmp_path, env):
     """The template README's "Growing up": a teaching project whose task.py the user changed,
     updated with `--data scope=research`, is the research project with that task.py: file for file
     what `copier copy --data scope=research` makes, but task.py, and the research size's own
-    tests of a task pass with the user's. (That project's whole suite passes: test_bake.py runs it
+    tests of a task pass with the user's; with the flags its README gives, it trains the teaching
+    recipe to the same weights. (That project's whole suite passes: test_bake.py runs it
     on cookiecutter's defaults, which test_copier_and_cookiecutter_make_identical_projects shows
     copier makes too; test_tasks.py runs it with other tasks.)"""
-    template = copy_template(tmp_path / "template")
+    template = copy_template(tmp_path / "repro-template")
     git(template, "init", "-q", env=env)
     commit_all(template, "template", env)
-    project = tmp_path / "projects" / "course"
-    copied = copier_cli("copy", "--trust", "--defaults", "--data", "scope=teaching", str(template), str(project),
-                        env=env)
+    project = tmp_path / "course"
+    # As the README types it: the template by a relative path, from the folder that holds it.
+    copied = copier_cli("copy", "--trust", "--defaults", "--data", "scope=teaching", "repro-template", "course",
+                        cwd=tmp_path, env=env)
     assert copied.returncode == 0, copied.stdout + copied.stderr
+    assert yaml.safe_load((project / ANSWERS_FILE).read_text(encoding="utf-8"))["_src_path"] == str(template)
+    taught = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
     package = project / "src" / "my_project"  # the package is named after the project's name, not the folder
     assert (project / "notebooks").is_dir() and not (package / "engine").exists()
     task = package / "task.py"
     users_task = task.read_text(encoding="utf-8").replace("128", "96")  # the user's own model: a narrower layer
     assert users_task != task.read_text(encoding="utf-8")
     task.write_text(users_task, encoding="utf-8")
+    own = "scikit-learn>=1.2  # the task's own package, where its README puts it\n"
+    (project / "requirements-task.txt").write_text(own, encoding="utf-8")
     commit_all(project, "My model", env)
+    short = ["--epochs", "2", "--max-samples", "128", "--batch-size", "32", "--device", "cpu", "--seed", "5"]
+    taught = train_hash(project, [*short, "--out", str(tmp_path / "runs" / "teaching")], env)
 
-    update = copier_cli("update", "--trust", "--defaults", "--data", "scope=research", cwd=project, env=env)
+    block = README.split("**Growing up.**")[1].split("```bash\n")[1].split("```")[0]
+    typed = [line.split("#")[0].strip() for line in block.splitlines()]
+    assert typed[1] == "copier update --trust --defaults --data scope=research"
+    update = copier_cli(*typed[1].split()[1:], cwd=project, env=env)  # inside the project, as the README says
     assert update.returncode == 0, update.stdout + update.stderr
+    # The README's reinstall: the research size needs packages the teaching size never installed.
+    assert typed[2] == 'python -m pip install -e ".[dev]"'
+    needs = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    assert {"tqdm>=4.60", "matplotlib>=3.8"} <= set(needs) - set(taught)
     assert task.read_text(encoding="utf-8") == users_task
+    assert (project / "requirements-task.txt").read_text(encoding="utf-8") == own  # never the template's
+    assert "requirements-task.txt" in (project / "README.md").read_text(encoding="utf-8")
+    assert git(project, "status", "--porcelain", env=env).stdout.count("requirements-task.txt") == 0
     assert yaml.safe_load((project / ANSWERS_FILE).read_text(encoding="utf-8"))["scope"] == "research"
     assert "torchrun" in (package / "train.py").read_text(encoding="utf-8")
 
-    fresh = tmp_path / "projects" / "fresh"
+    fresh = tmp_path / "fresh"
     copied = copier_cli("copy", "--trust", "--defaults", "--data", "scope=research", str(template), str(fresh),
                         env=env)
     assert copied.returncode == 0, copied.stdout + copied.stderr
-    assert tree(project) == tree(fresh)  # the engine and tools there, the notebook and its test gone
+    assert tree(project) - {"requirements-task.txt"} == tree(fresh)  # the engine and tools, not the notebook
     _, differ, errors = filecmp.cmpfiles(fresh, project, sorted(tree(fresh)), shallow=False)
     assert (differ, errors) == (["src/my_project/task.py"], [])
     assert yaml.safe_load((project / ANSWERS_FILE).read_text(encoding="utf-8")) == \
         yaml.safe_load((fresh / ANSWERS_FILE).read_text(encoding="utf-8"))
+    # The research README's line: these flags train the teaching recipe, bit for bit; the control: without them the
+    # research defaults (one-cycle, weight decay) give other weights.
+    line = next(line for line in (project / "README.md").read_text(encoding="utf-8").split("\n\n")
+                if line.startswith("A project grown from the teaching size"))
+    flags = re.search(r"bit for bit with `([^`]+)`", " ".join(line.split())).group(1).split()
+    assert flags == ["--schedule", "constant", "--weight-decay", "0"]
+    assert train_hash(project, [*short, *flags, "--out", str(tmp_path / "runs" / "grown")], env) == taught
+    assert train_hash(project, [*short, "--out", str(tmp_path / "runs" / "defaults")], env) != taught
     run_generated_suite(project, "tests/test_task_contract.py",
                         "tests/test_train.py::test_one_seed_in_two_fresh_processes_gives_identical_losses_and_weights")
