@@ -7,6 +7,7 @@
     python scripts/breaks.py kill-ratio --set independent  # the independent round's breaks, written from the docs
     python scripts/breaks.py kill-ratio --set independent --resume   # those it has no result for yet
     python scripts/breaks.py kill-ratio --set independent --survivors --tiers distributed,slow   # its survivors
+    python scripts/breaks.py core-catches     # the mutation suite's breaks of core files, each against core/tests/
 
 A break replaces one piece of text inside one function (or method, `Class.method`) of one file of
 the package: the text must be there exactly once, so that a change to the code that moves or
@@ -24,6 +25,7 @@ import json
 import os
 import platform
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,6 +57,7 @@ class Break:
     gpu_only: bool = False
     why: str = ""  # for the mutation suite: what a contributor might have meant by it
     scope: str | None = None  # the project size whose code it breaks; None: a file both sizes share
+    core_caught_by: str = ""  # the mutation suite: the core's test that catches it too, run against the core alone
 
 
 def load(kind: str) -> list[Break]:
@@ -62,7 +65,7 @@ def load(kind: str) -> list[Break]:
     entries = tomllib.loads((BREAKS / f"{kind}.toml").read_text(encoding="utf-8"))["break"]
     return [Break(name=e["name"], file=e["file"], function=e["function"], replace=e["replace"], with_=e["with"],
                   caught_by=e.get("caught_by", ""), gpu_only=e.get("gpu_only", False), why=e.get("why", ""),
-                  scope=e.get("scope")) for e in entries]
+                  scope=e.get("scope"), core_caught_by=e.get("core_caught_by", "")) for e in entries]
 
 
 SCOPES = ("research", "teaching")
@@ -303,9 +306,49 @@ def kill_ratio(kind: str, output: Path, only: list[str], jobs: int, resume: bool
     return 0
 
 
+def core_catches(jobs: int) -> int:
+    """Each break of breaks/mutations.toml in a file the core holds, applied to a copy of core/ (imported
+    first): the first test of core/tests/ that fails (`-x`), or "survives". A caught break may name that
+    test as its core_caught_by: tests/test_core_mutations.py then runs it against the core, and
+    tests/test_mutations.py no longer against a bake."""
+    core = ROOT / "core"
+    todo = [brk for brk in load("mutations") if (core / "src" / "repro_core" / brk.file).is_file()]
+    with tempfile.TemporaryDirectory() as scratch:
+        copies: queue.SimpleQueue = queue.SimpleQueue()
+        for number in range(jobs):
+            copy = Path(scratch) / str(number) / "repro_core"  # apply() finds src/<folder name>/ in it
+            shutil.copytree(core, copy, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+            copies.put(copy)
+
+        def attempt(brk: Break) -> str | None:
+            copy = copies.get()
+            try:
+                path, original = apply(copy, brk)
+                env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+                try:
+                    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                                             "-rfE", "tests"], cwd=copy, env={**env, "PYTHONPATH": str(copy / "src")},
+                                            capture_output=True, text=True, timeout=3600)
+                finally:
+                    path.write_text(original, encoding="utf-8")
+                return first_failure(result.stdout) if result.returncode == 1 else None
+            finally:
+                copies.put(copy)
+
+        caught = 0
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for brk, test in zip(todo, pool.map(attempt, todo), strict=True):
+                caught += test is not None
+                recorded = brk.core_caught_by or None  # another test may fail first: both catch it
+                recorded = "" if (test or "").split("[")[0] == recorded else f" (recorded: {recorded})"
+                print(f"{brk.name}: {test or 'survives'}{recorded}", flush=True)
+    print(f"{caught} of {len(todo)} breaks of the core's files caught by core/tests/")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["patches", "kill-ratio"])
+    parser.add_argument("command", choices=["patches", "kill-ratio", "core-catches"])
     parser.add_argument("--check", action="store_true", help="patches: only compare; change nothing")
     parser.add_argument("--set", default="mutations", choices=list(SETS), help="kill-ratio: which breaks: "
                         "the mutation suite, or the independent round written from the docs alone")
@@ -316,7 +359,7 @@ def main() -> int:
     parser.add_argument("--resume", action="store_true", help="kill-ratio: only the breaks --out has no "
                         "result for (a round stopped part-way goes on)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                        help="kill-ratio: breaks tried at a time, each in a bake of its own")
+                        help="kill-ratio, core-catches: breaks tried at a time, each in a copy of its own")
     parser.add_argument("--survivors", action="store_true", help="kill-ratio: the breaks --out records as "
                         "caught by none of its tiers, against --tiers (others than its own)")
     parser.add_argument("--only", default="", help="kill-ratio: these breaks (comma-separated) run again, the "
@@ -324,6 +367,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.command == "patches":
         return patches(args.check)
+    if args.command == "core-catches":
+        return core_catches(args.jobs)
     output = args.out or BREAKS / SETS[args.set]
     tiers = [tier for tier in args.tiers.split(",") if tier]
     if not tiers or set(tiers) - set(TIERS):

@@ -1,65 +1,117 @@
-"""The core's mutation suite (breaks/core.toml): each break of core/src/repro_core/, applied to a
-copy of core/, makes the core test named for it fail; the copy is imported first (PYTHONPATH), in
-the test's children too. No bake: a break costs the one test it names."""
+"""The core's mutation suite (breaks/core.toml, and the breaks of breaks/mutations.toml that name a
+core test as core_caught_by): each break of core/src/repro_core/, applied to a copy of core/, makes
+the core test named for it fail; the copy is imported first (PYTHONPATH), in the test's children
+too. No bake: a break costs the one test it names."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, load
 
 breaks = load("breaks", ROOT / "scripts" / "breaks.py")
-CORE_BREAKS = breaks.load("core")
+# breaks/core.toml's, and the mutation suite's breaks of the core's files that a core test catches
+# (breaks/mutations.toml's core_caught_by), each with that test.
+OWN = breaks.load("core")
+CORE_BREAKS = OWN + [dataclasses.replace(brk, caught_by=brk.core_caught_by) for brk in breaks.load("mutations")
+                     if brk.core_caught_by and brk.name not in {own.name for own in OWN}]
 
 pytestmark = pytest.mark.slow
 
 
 def test_each_break_of_the_core_names_a_test_of_the_core_that_exists():
     names = [brk.name for brk in CORE_BREAKS]
-    assert len(names) >= 12 and len(set(names)) == len(names)
+    assert len(names) >= 40 and len(set(names)) == len(names)
     for brk in CORE_BREAKS:
+        assert (ROOT / "core" / "src" / "repro_core" / brk.file).is_file(), brk.name  # a file of the core
         path, name = brk.caught_by.split("::")
         assert re.fullmatch(r"tests/test_core_\w+\.py", path) and brk.why, brk.name
         assert f"def {name}(" in (ROOT / "core" / path).read_text(encoding="utf-8"), brk.caught_by
 
 
-@pytest.fixture(scope="module")
-def core_copy(tmp_path_factory) -> Path:
+# Two breaks at a time, each in a copy of its own, where there are two cores: a break's test is
+# mostly the start of a Python process that imports torch, on one thread.
+COPIES = max(1, min(2, os.cpu_count() or 1))
+
+
+def copy_of_core(folder: Path) -> Path:
     """core/ copied to a folder named as its package, so that breaks.apply finds src/repro_core/ in it."""
-    copy = tmp_path_factory.mktemp("core") / "repro_core"
+    copy = folder / "repro_core"
     shutil.copytree(ROOT / "core", copy, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
     return copy
 
 
-@pytest.mark.parametrize("brk", CORE_BREAKS, ids=[brk.name for brk in CORE_BREAKS])
-def test_each_break_of_the_core_makes_its_test_fail(brk, core_copy):
-    path, original = breaks.apply(core_copy, brk)
-    env = {**os.environ, "PYTHONPATH": str(core_copy / "src")}
-    env = {key: value for key, value in env.items() if not key.startswith("PYTEST_")}
+@pytest.fixture(scope="module")
+def core_copy(tmp_path_factory) -> Path:
+    return copy_of_core(tmp_path_factory.mktemp("core"))
+
+
+def environment_of(copy: Path) -> dict[str, str]:
+    """The environment that imports the copy first, in the test's children too, without this pytest's own."""
+    return {key: value for key, value in {**os.environ, "PYTHONPATH": str(copy / "src")}.items()
+            if not key.startswith("PYTEST_")}
+
+
+def what_went_wrong(brk, copy: Path) -> str | None:
+    """Applies `brk` to `copy`, runs its test there, undoes it: None if the test failed as it must
+    (and for the copy: the package it imported is the broken one), else why the break counts as not caught."""
+    path, original = breaks.apply(copy, brk)
     try:
-        compile(path.read_text(encoding="utf-8"), str(path), "exec")
+        try:  # a break must be caught for what it changes, not because the file no longer compiles
+            compile(path.read_text(encoding="utf-8"), str(path), "exec")
+        except SyntaxError as error:
+            return f"the break {brk.name} leaves {path.name} uncompilable: {error}"
         result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", brk.caught_by],
-                                cwd=core_copy, env=env, capture_output=True, text=True, timeout=900)
+                                cwd=copy, env=environment_of(copy), capture_output=True, text=True, timeout=900)
+        imported = subprocess.run([sys.executable, "-c", "import repro_core; print(repro_core.__file__)"],
+                                  env=environment_of(copy), capture_output=True, text=True).stdout
     finally:
         path.write_text(original, encoding="utf-8")
-    assert result.returncode == 1 and re.search(r"\d+ failed\b", result.stdout), (
-        f"{brk.caught_by} did not fail with the break {brk.name} ({brk.why}):\n{result.stdout[-3000:]}")
-    # and it failed for the copy: the package it imported is the broken one
-    assert str(core_copy) in subprocess.run(
-        [sys.executable, "-c", "import repro_core; print(repro_core.__file__)"], env=env, capture_output=True,
-        text=True).stdout
+    if str(copy) not in imported:
+        return f"the test imported {imported.strip()}, not the broken copy in {copy}"
+    if result.returncode == 1 and re.search(r"\d+ failed\b", result.stdout):
+        return None
+    return f"{brk.caught_by} did not fail with the break {brk.name} ({brk.why}):\n{result.stdout[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory, request) -> dict:
+    """Every break this session selected, tried COPIES at a time: name -> what_went_wrong."""
+    selected = [item.callspec.params["brk"] for item in request.session.items
+                if getattr(item, "originalname", "") == "test_each_break_of_the_core_makes_its_test_fail"]
+    free: queue.SimpleQueue = queue.SimpleQueue()
+    for _ in range(COPIES):
+        free.put(copy_of_core(tmp_path_factory.mktemp("core")))
+
+    def attempt(brk):
+        copy = free.get()  # a copy no other break is using
+        try:
+            return what_went_wrong(brk, copy)
+        finally:
+            free.put(copy)
+
+    with ThreadPoolExecutor(max_workers=COPIES) as pool:
+        return dict(zip([brk.name for brk in selected], pool.map(attempt, selected), strict=True))
+
+
+@pytest.mark.parametrize("brk", CORE_BREAKS, ids=[brk.name for brk in CORE_BREAKS])
+def test_each_break_of_the_core_makes_its_test_fail(brk, verdicts):
+    problem = verdicts[brk.name]
+    assert problem is None, problem
 
 
 def test_the_copy_unbroken_passes_every_test_the_breaks_name(core_copy):
     """The control: without a break, the named tests pass on the copy."""
-    env = {key: value for key, value in {**os.environ, "PYTHONPATH": str(core_copy / "src")}.items()
-           if not key.startswith("PYTEST_")}
+    env = environment_of(core_copy)
     wanted = sorted({brk.caught_by for brk in CORE_BREAKS})
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *wanted], cwd=core_copy,
                             env=env, capture_output=True, text=True, timeout=900)

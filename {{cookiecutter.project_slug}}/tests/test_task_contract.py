@@ -4,6 +4,9 @@ function and what it returned, exit 2, and no run in the folder."""
 from __future__ import annotations
 
 import math
+import shutil
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -18,7 +21,7 @@ from {{ cookiecutter.project_slug }}.engine.contract import CHECKED_SAMPLES, Tas
 from {{ cookiecutter.project_slug }}.train import main
 from {{ cookiecutter.project_slug }}.utils.data import make_loader
 
-from conftest import FAST, DrawsFrom
+from conftest import FAST, HANG, PACKAGE, SRC, DrawsFrom, python_env
 
 RUN_FILES = ("config.json", "environment.json", "metrics.csv", "checkpoints", "summary.json", "model.pt")
 real_metrics, real_model, real_datasets = task.metrics_from_sums, task.make_model, task.make_datasets
@@ -331,3 +334,30 @@ def test_each_refusal_of_the_draws_check_names_the_set_and_says_what_to_do_word_
     assert refusal(DrawsFrom(checked, "torch", "torch")) == (
         f"task.make_datasets: the {split} set's draws_from is the string 'torch'; write a tuple of names, such as "
         "('torch',)")
+
+
+@pytest.mark.parametrize("line, says", [
+    ("from .engine.repro import seed_everything",
+     "task.py imports {{ cookiecutter.project_slug }}.engine.repro, which is not there: it is now in "
+     "{{ cookiecutter.project_slug }}.utils.repro"),
+    ("from .utils.data import CtrlCSafeLoader",
+     "task.py imports CtrlCSafeLoader from {{ cookiecutter.project_slug }}.utils.data, which is not there: it is now "
+     "in {{ cookiecutter.project_slug }}.engine.loader"),
+    ("import a_package_nobody_installed", "task.py needs the package 'a_package_nobody_installed', which is not "
+     "installed here: list it in requirements-task.txt"),
+], ids=["a module that moved", "a name that moved", "a package not installed"])
+def test_a_task_py_that_imports_what_is_not_there_gets_one_line_naming_where_it_is_now(line, says, tmp_path):
+    """A task.py written for an earlier layout of the package (CHANGELOG.md: what moved), or one whose
+    own package is missing: train says so in one line and exits 2, not with a traceback."""
+    copy = tmp_path / "src" / PACKAGE
+    shutil.copytree(SRC / PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    text = (copy / "task.py").read_text(encoding="utf-8")
+    future = "from __future__ import annotations\n"  # which must stay first
+    text = text.replace(future, future + line + "\n", 1) if future in text else f"{line}\n{text}"
+    (copy / "task.py").write_text(text, encoding="utf-8")
+    env = python_env(PYTHONPATH=str(tmp_path / "src"))
+    done = subprocess.run([sys.executable, "-m", f"{PACKAGE}.train", "--out", str(tmp_path / "run")], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=HANG)
+    (error,) = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and error.startswith(f"python -m {PACKAGE}.train: error: {says}"), done.stderr
+    assert not (tmp_path / "run").exists()

@@ -8,8 +8,10 @@ traceback, never the usage block.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 from .startup import platform_problem
@@ -23,6 +25,36 @@ POSIX_ONLY_COMMANDS = ("train", "study", "verify", "doctor")
 def prog(command: str) -> str:
     """How a command is typed: `python -m <package>.<command>`."""
     return f"python -m {PACKAGE}.{command}"
+
+
+def import_error_line(error: ImportError) -> str:
+    """One line for an ImportError of task.py. A name of this package that is not where it looks:
+    where it is now, found in the package's own files (what moved when: the template's CHANGELOG.md);
+    `from .engine.repro import seed_everything` -> "...: it is now in <package>.utils.repro". A package
+    that is not installed: where a task's own packages go."""
+    wanted, name = error.name or "", None
+    if isinstance(error, ModuleNotFoundError) and not wanted.startswith(f"{PACKAGE}."):
+        return (f"task.py needs the package {wanted.split('.')[0]!r}, which is not installed here: list it in "
+                "requirements-task.txt and run python -m pip install -r requirements-task.txt")
+    match = re.match(r"cannot import name '(\w+)' from '([\w.]+)'", str(error))
+    if match:
+        name, wanted = match.groups()
+    elif not isinstance(error, ModuleNotFoundError):
+        wanted = ""  # a circular import, say: Python's own line says it
+    if not wanted.startswith(f"{PACKAGE}."):
+        return "task.py cannot be imported: " + " ".join(str(error).split())
+    package = Path(__file__).resolve().parents[1]
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        module = ".".join((PACKAGE, *path.relative_to(package).with_suffix("").parts))
+        if name is None and path.stem == wanted.rsplit(".", 1)[-1] and module != wanted:
+            found.append(module)  # the module moved
+        elif name is not None and module != wanted and re.search(rf"^(?:def|class) {name}\b|^{name} *[:=]",
+                                                                  path.read_text(encoding="utf-8"), re.M):
+            found.append(module)  # the name moved to another module
+    what = f"{name} from {wanted}" if name else wanted
+    where = f"it is now in {' or '.join(found)}" if found else f"{PACKAGE} has no such name"
+    return f"task.py imports {what}, which is not there: {where} (CHANGELOG.md says what moved)"
 
 
 def refuse(command: str, message: str) -> NoReturn:
