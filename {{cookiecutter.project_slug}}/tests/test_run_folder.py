@@ -59,6 +59,7 @@ BAD = {
     "unknown determinism mode": ("--deterministic", "sometimes"),
     "resume without a checkpoint": ("--resume",),
     "empty out (an unset shell variable)": ("--out", ""),
+    "threads beyond any machine": ("--threads", "10000"),
 }
 
 
