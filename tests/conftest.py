@@ -116,9 +116,12 @@ SUITE_TIMEOUT = 2400
 # whatever task.py holds and whatever the options those suites vary (the dataset, the names, the
 # language, the licence, the determinism default): the run folder's one-writer lock and the
 # processes that die with it, Ctrl-C in the commands and in loader workers, the hash-seed restart,
-# the package's layout. core/tests tests their core mechanisms directly too (the lock held, released
-# and killed; the restart; Ctrl-C in loader workers). A generated project's own `pytest` runs them
-# all; this saves the template's CI about 3 minutes of one core's time per suite that leaves them out.
+# the package's layout, the one line for a task.py that imports a name that moved, and a portable
+# run's record read by verify (the task's own operations under the portable pins are fingerprinted
+# in every bake by test_fingerprint.py's other tests). core/tests tests their core mechanisms
+# directly too (the lock held, released and killed; the restart; Ctrl-C in loader workers). A
+# generated project's own `pytest` runs them all; this saves the template's CI minutes of one
+# core's time per suite that leaves them out.
 SAME_IN_EVERY_BAKE = (
     "tests/test_one_writer.py",
     "tests/test_ctrl_c.py",
@@ -126,6 +129,9 @@ SAME_IN_EVERY_BAKE = (
     "tests/test_repro.py::test_restart_with_hash_seed_gives_the_order_a_shell_with_that_hash_seed_gives",
     "tests/test_repro.py::test_negative_control_setting_pythonhashseed_inside_the_script_changes_nothing",
     "tests/test_data.py::test_loader_workers_leave_ctrl_c_to_the_training_process_however_they_were_started",
+    "tests/test_task_contract.py::test_a_task_py_that_imports_what_is_not_there_gets_one_line_naming_where_it_is_now",
+    "tests/test_fingerprint.py::test_a_portable_run_records_its_fingerprint_and_verify_where_the_machine_differs_"
+    "names_the_operation",
 )
 NOT_SAME_IN_EVERY_BAKE = tuple(arg for test in SAME_IN_EVERY_BAKE for arg in ("--deselect", test))
 

@@ -28,10 +28,12 @@ from conftest import (
     COOKIECUTTER_JSON,
     COPIER_ANSWERS_TEMPLATE,
     NOT_SAME_IN_EVERY_BAKE,
+    ROOT,
     SAME_IN_EVERY_BAKE,
     TEMPLATE_DIR,
     Suite,
     bake,
+    load,
     post_gen,
 )
 
@@ -283,9 +285,23 @@ def bake_with_every_readme_route(folder: Path, name: str) -> Path:
     return take_every_route(bake(folder, COMBINATIONS[name]))
 
 
+def bake_with_task(folder: Path, name: str, task: str) -> Path:
+    """The combination `name` baked, with the README's task `task` (test_tasks.py) as its task.py."""
+    tasks = load("tasks_benchmark", ROOT / "benchmarks" / "tasks.py")
+    project = bake(folder, COMBINATIONS[name])
+    (project / "src" / project.name / "task.py").write_text(tasks.readme_tasks()[task], encoding="utf-8")
+    return project
+
+
 # The generated suites, run in the background from the session's start (conftest.background_suites).
 # The digits combination's plain suite is also that of the README's routes (ROUTED).
 ROUTED = "digits_warn_bsd_no_actions"
+# A research suite takes minutes of CI: the awkward combination's runs with the README's regression
+# as task.py, and test_tasks.py waits on it for that task rather than running one more. The two are
+# independent axes (the options change the names, the language, the seed and the determinism
+# default; task.py the data, the model, the loss and the metrics), so one suite proves both, and
+# the regression imports from its own package relatively, whatever the package is named.
+TASK_OF = {"awkward_names_off_no_license": "regression"}
 # The bakes whose whole suite runs (conftest.SAME_IN_EVERY_BAKE: what the others leave out).
 DEFAULT_BAKES = ("defaults", "teaching")
 SUITES = {
@@ -293,7 +309,8 @@ SUITES = {
     **{f"{name} -m distributed": Suite(lambda folder, name=name: bake(folder, COMBINATIONS[name]),
                                        ("-m", "distributed"), minutes=5)
        for name in DISTRIBUTED_COMBINATIONS},
-    **{name: Suite(lambda folder, name=name: bake(folder, COMBINATIONS[name]),
+    **{name: Suite(lambda folder, name=name: (bake_with_task(folder, name, TASK_OF[name]) if name in TASK_OF
+                                              else bake(folder, COMBINATIONS[name])),
                    () if name in DEFAULT_BAKES else NOT_SAME_IN_EVERY_BAKE,
                    minutes=1 if COMBINATIONS[name].get("scope") == "teaching" else 4)
        for name in COMBINATIONS},
@@ -304,8 +321,8 @@ SUITES = {
 @pytest.mark.slow
 @pytest.mark.parametrize("combination", [pytest.param(name, marks=pytest.mark.suite(name)) for name in COMBINATIONS])
 def test_the_generated_test_suite_passes(combination, background_suites):
-    """The plain suite of each combination (ROUTED's with the README's routes taken): the whole of it
-    for DEFAULT_BAKES, the others less conftest.SAME_IN_EVERY_BAKE."""
+    """The plain suite of each combination (ROUTED's with the README's routes taken, TASK_OF's with
+    its task): the whole of it for DEFAULT_BAKES, the others less conftest.SAME_IN_EVERY_BAKE."""
     background_suites[combination].result()
 
 
