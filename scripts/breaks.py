@@ -30,9 +30,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 try:  # Python 3.11+
     import tomllib
@@ -306,6 +308,25 @@ def kill_ratio(kind: str, output: Path, only: list[str], jobs: int, resume: bool
     return 0
 
 
+def try_each(todo: list[Break], places: list[Path], attempt: Callable[[Break, Path], Any]) -> list:
+    """`attempt(brk, place)` for each break of `todo`, as many at once as there are places (copies of
+    a bake or of the core), each place used by one break at a time; the results in `todo`'s order.
+    A break's test trains in fresh processes, mostly on one thread: two copies keep two cores busy."""
+    free: queue.SimpleQueue = queue.SimpleQueue()
+    for place in places:
+        free.put(place)
+
+    def one(brk: Break):
+        place = free.get()  # a place no other break is using
+        try:
+            return attempt(brk, place)
+        finally:
+            free.put(place)
+
+    with ThreadPoolExecutor(max_workers=len(places)) as pool:
+        return list(pool.map(one, todo))
+
+
 def core_catches(jobs: int) -> int:
     """Each break of breaks/mutations.toml in a file the core holds, applied to a copy of core/ (imported
     first): the first test of core/tests/ that fails (`-x`), or "survives". A caught break may name that
@@ -314,34 +335,29 @@ def core_catches(jobs: int) -> int:
     core = ROOT / "core"
     todo = [brk for brk in load("mutations") if (core / "src" / "repro_core" / brk.file).is_file()]
     with tempfile.TemporaryDirectory() as scratch:
-        copies: queue.SimpleQueue = queue.SimpleQueue()
+        copies = []
         for number in range(jobs):
             copy = Path(scratch) / str(number) / "repro_core"  # apply() finds src/<folder name>/ in it
             shutil.copytree(core, copy, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
-            copies.put(copy)
+            copies.append(copy)
 
-        def attempt(brk: Break) -> str | None:
-            copy = copies.get()
+        def attempt(brk: Break, copy: Path) -> str | None:
+            path, original = apply(copy, brk)
+            env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
             try:
-                path, original = apply(copy, brk)
-                env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
-                try:
-                    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                                             "-rfE", "tests"], cwd=copy, env={**env, "PYTHONPATH": str(copy / "src")},
-                                            capture_output=True, text=True, timeout=3600)
-                finally:
-                    path.write_text(original, encoding="utf-8")
-                return first_failure(result.stdout) if result.returncode == 1 else None
+                result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                                         "-rfE", "tests"], cwd=copy, env={**env, "PYTHONPATH": str(copy / "src")},
+                                        capture_output=True, text=True, timeout=3600)
             finally:
-                copies.put(copy)
+                path.write_text(original, encoding="utf-8")
+            return first_failure(result.stdout) if result.returncode == 1 else None
 
         caught = 0
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            for brk, test in zip(todo, pool.map(attempt, todo), strict=True):
-                caught += test is not None
-                recorded = brk.core_caught_by or None  # another test may fail first: both catch it
-                recorded = "" if (test or "").split("[")[0] == recorded else f" (recorded: {recorded})"
-                print(f"{brk.name}: {test or 'survives'}{recorded}", flush=True)
+        for brk, test in zip(todo, try_each(todo, copies, attempt), strict=True):
+            caught += test is not None
+            recorded = brk.core_caught_by or None  # another test may fail first: both catch it
+            recorded = "" if (test or "").split("[")[0] == recorded else f" (recorded: {recorded})"
+            print(f"{brk.name}: {test or 'survives'}{recorded}", flush=True)
     print(f"{caught} of {len(todo)} breaks of the core's files caught by core/tests/")
     return 0
 

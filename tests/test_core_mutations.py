@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import queue
 import re
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -88,19 +86,8 @@ def verdicts(tmp_path_factory, request) -> dict:
     """Every break this session selected, tried COPIES at a time: name -> what_went_wrong."""
     selected = [item.callspec.params["brk"] for item in request.session.items
                 if getattr(item, "originalname", "") == "test_each_break_of_the_core_makes_its_test_fail"]
-    free: queue.SimpleQueue = queue.SimpleQueue()
-    for _ in range(COPIES):
-        free.put(copy_of_core(tmp_path_factory.mktemp("core")))
-
-    def attempt(brk):
-        copy = free.get()  # a copy no other break is using
-        try:
-            return what_went_wrong(brk, copy)
-        finally:
-            free.put(copy)
-
-    with ThreadPoolExecutor(max_workers=COPIES) as pool:
-        return dict(zip([brk.name for brk in selected], pool.map(attempt, selected), strict=True))
+    copies = [copy_of_core(tmp_path_factory.mktemp("core")) for _ in range(COPIES)]
+    return dict(zip([brk.name for brk in selected], breaks.try_each(selected, copies, what_went_wrong), strict=True))
 
 
 @pytest.mark.parametrize("brk", CORE_BREAKS, ids=[brk.name for brk in CORE_BREAKS])

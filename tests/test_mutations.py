@@ -8,11 +8,9 @@ tiers' kill ratio is measured by `python scripts/breaks.py kill-ratio` (README: 
 from __future__ import annotations
 
 import os
-import queue
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import ROOT, load
@@ -85,19 +83,7 @@ def verdicts(projects, request) -> dict:
     """Every break that this session selected, tried COPIES at a time: name -> what_went_wrong."""
     selected = [item.callspec.params["brk"] for item in request.session.items
                 if getattr(item, "originalname", "") == "test_each_break_of_the_mutation_suite_makes_its_test_fail"]
-    free = queue.SimpleQueue()
-    for project in projects:
-        free.put(project)
-
-    def attempt(brk):
-        project = free.get()  # a bake no other break is using
-        try:
-            return what_went_wrong(brk, project)
-        finally:
-            free.put(project)
-
-    with ThreadPoolExecutor(max_workers=len(projects)) as pool:
-        return dict(zip([brk.name for brk in selected], pool.map(attempt, selected), strict=True))
+    return dict(zip([brk.name for brk in selected], breaks.try_each(selected, projects, what_went_wrong), strict=True))
 
 
 @pytest.mark.parametrize("brk", IN_A_BAKE, ids=[brk.name for brk in IN_A_BAKE])
