@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -26,6 +27,9 @@ from {{ cookiecutter.project_slug }}.config import (
 )
 from {{ cookiecutter.project_slug }}.config import setting as make_setting
 from {{ cookiecutter.project_slug }}.engine.cli import prog
+from {{ cookiecutter.project_slug }}.engine.runs import read_run
+
+from conftest import FAST, start_module
 
 
 def test_every_flag_shows_its_default_in_help():
@@ -262,3 +266,47 @@ def test_the_help_names_the_command_each_flags_argument_and_what_each_option_of_
                    "--stop-after-steps N stop after N optimizer steps, with a checkpoint, as if interrupted (verify "
                    "and doctor use it to check the first steps of a long run) (default: none)"):
         assert option in text, option
+
+
+def test_a_config_file_gives_the_settings_it_names_in_toml_or_json_and_a_typed_flag_overrides_it(tmp_path):
+    (tmp_path / "run.toml").write_text('lr = 0.1\nepochs = 3\noptimizer = "adamw"\nweight-decay = 0.0\n')
+    (tmp_path / "run.json").write_text(json.dumps({"lr": 0.1, "epochs": 3, "optimizer": "adamw",
+                                                   "weight_decay": 0.0}))
+    for name in ("run.toml", "run.json"):
+        typed, _ = parse_command_line(["--config", str(tmp_path / name), "--epochs", "2"])
+        assert typed == {"lr": 0.1, "epochs": 2, "optimizer": "adamw", "weight_decay": 0.0}, name
+    # The negative control: without the file, only what is typed.
+    assert parse_command_line(["--epochs", "2"])[0] == {"epochs": 2}
+
+
+@pytest.mark.parametrize("name, text, says", [
+    ("run.toml", 'lr = "fast"\n', "its lr is 'fast', which is not a number"),
+    ("run.toml", "learning_rate = 0.1\n", "it has settings that this code does not know: learning_rate"),
+    ("run.toml", "seed = -1\n", "its seed is -1, which is refused by --seed"),
+    ("run.toml", "lr = \n", "is not valid TOML"),
+    ("run.yaml", "lr: 0.1\n", "is neither a .toml nor a .json file"),
+    ("missing.json", None, "cannot be read"),
+], ids=["a bad value", "an unknown name", "out of range", "not TOML", "another format", "missing"])
+def test_a_config_file_with_a_mistake_gets_one_line_exit_2_and_no_run_folder(name, text, says, tmp_path, capsys):
+    if text is not None:
+        (tmp_path / name).write_text(text)
+    with pytest.raises(SystemExit) as ended:
+        parse_command_line(["--config", str(tmp_path / name), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and f"--config {tmp_path / name}: " in err and says in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_a_runs_own_config_json_trains_the_same_run_again_in_a_fresh_process(tmp_path):
+    """`--config runs/A/config.json --out B` gives A's config.json, weights and every metrics row; the
+    seed comes from the file alone, so the relaunch before torch must read it there too (the
+    training process's hash seed is the file's seed, not the default's)."""
+    first = start_module("train", "--out", str(tmp_path / "a"), *FAST, "--seed", "3", "--lr", "0.07",
+                         log=tmp_path / "a.log")
+    assert first.wait() == 0, first.stderr[-3000:]
+    again = start_module("train", "--config", str(tmp_path / "a" / "config.json"), "--out", str(tmp_path / "b"),
+                         log=tmp_path / "b.log")
+    assert again.wait() == 0, again.stderr[-3000:]
+    a, b = (read_run(tmp_path / name) for name in "ab")
+    assert b.config == a.config and b.metrics == a.metrics and b.weights == a.weights
+    assert b.environment["python_hash_seed"] == a.environment["python_hash_seed"] == "3"

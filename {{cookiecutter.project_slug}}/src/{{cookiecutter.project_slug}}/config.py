@@ -1,5 +1,6 @@
 """Every setting of a run, in one typed dataclass: the command line, its help and defaults, which
-settings `--resume` may change, and config.json all come from `Config` below.
+settings `--resume` may change, and config.json all come from `Config` below. `--config FILE` gives
+settings from a .toml or .json file of config.json's names; a flag typed beside it wins.
 
 Equal settings on an equal environment give equal weights. To add a setting, add a field: it
 becomes a flag, is recorded in config.json, and is checked on `--resume`. Say what it affects
@@ -17,7 +18,7 @@ from typing import Any
 from . import DEFAULT_SEED
 from .engine.cli import make_parser
 from .engine.precision import PRECISIONS
-from .engine.startup import CPU_KERNEL_MODES
+from .engine.startup import CPU_KERNEL_MODES, read_settings_file
 from .utils.device import device_name
 from .utils.repro import DETERMINISM_MODES, MAX_SEED
 
@@ -237,6 +238,16 @@ def recorded_value_problem(setting_field, value: Any) -> str | None:
     return None
 
 
+def settings_from_file(path: Path) -> dict:
+    """`--config FILE`: the settings a .toml or .json file gives, checked as a recorded config.json
+    is (each name known, each value one its flag takes). A run's own config.json is such a file: its
+    world_size is left out (torchrun's to set), and a retired setting too. ValueError in one line."""
+    settings = {name: value for name, value in read_settings_file(path).items()
+                if name != "world_size" and name not in RETIRED}
+    Config.from_dict(settings)  # refuses a name this code lacks or a value its flag would refuse
+    return settings
+
+
 def effect_of(name: str) -> str:
     return Config.__dataclass_fields__[name].metadata["effect"]
 
@@ -260,6 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
             parser.add_argument(flag(setting_field.name), action="store_true", **options)
         else:  # argparse shows the argument as its choices, or as the setting's name: --lr LR
             parser.add_argument(flag(setting_field.name), type=meta["parse"], choices=meta["choices"], **options)
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="take the settings from a .toml or .json file (a run's config.json among them), "
+                             "names as in config.json; a flag typed beside it overrides its value; the run "
+                             "records the result in its own config.json (default: none)")
     # How to run, not what to compute: never part of the config.
     parser.add_argument("--out", type=run_folder, help="run folder (default: runs/seed<SEED>)")
     parser.add_argument("--overwrite", action="store_true", help="replace the run already in --out (default: off)")
@@ -272,9 +287,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_command_line(argv: list[str] | None) -> tuple[dict, argparse.Namespace]:
-    """(the settings the user typed, every flag's value): SystemExit(2) with one line on a mistake."""
-    args = build_parser().parse_args(argv)
+    """(the settings the user gave, typed or in --config's file, every flag's value): SystemExit(2)
+    with one line on a mistake. A flag typed overrides the file's value for its setting."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
     typed = {f.name: getattr(args, f.name) for f in FLAGS if hasattr(args, f.name)}
+    if args.config is not None:
+        try:
+            typed = {**settings_from_file(args.config), **typed}
+        except ValueError as error:
+            parser.error(f"--config {args.config}: {error}")
     return typed, args
 
 

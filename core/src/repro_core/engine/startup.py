@@ -29,6 +29,11 @@ import sys
 import warnings
 from pathlib import Path
 
+try:  # Python 3.11 and later; on 3.10 a .toml --config is refused in one line (read_settings_file)
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    tomllib = None
+
 RELAUNCH_MARKER = "REPRO_RELAUNCHED_FOR_RUN_ENVIRONMENT"
 CPU_KERNEL_MODES = ("native", "portable")
 # --cpu-kernels portable: every library's CPU code path pinned to AVX2 (with FMA), which x86-64 CPUs
@@ -147,12 +152,42 @@ def flag_value(argv: list[str], name: str) -> str | None:
     return None
 
 
+def read_settings_file(path: Path) -> dict:
+    """`--config FILE`: the table of settings that a .toml or .json file holds (a run's own
+    config.json is one), names with dashes read as with underscores. ValueError, in one line, for
+    a file that cannot be read or holds no such table; what each setting may be is the project's."""
+    if path.suffix not in (".toml", ".json"):
+        raise ValueError("is neither a .toml nor a .json file")
+    if path.suffix == ".toml" and tomllib is None:
+        raise ValueError("is TOML, which Python reads from 3.11 on (tomllib): give a .json file on this one")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"cannot be read ({getattr(error, 'strerror', None) or error})") from None
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except ValueError as error:  # TOMLDecodeError and JSONDecodeError are ValueErrors
+        raise ValueError(f"is not valid {path.suffix[1:].upper()}: {error}") from None
+    if not isinstance(data, dict):
+        raise ValueError("does not hold a table of settings (name = value)")
+    return {str(name).replace("-", "_"): value for name, value in data.items()}
+
+
 def setting_from_command_line(argv: list[str], name: str, default: str, default_seed: int) -> str:
-    """A setting as text, as train will use it: `--name` if typed; for --resume without it, the
-    value recorded in the run folder's config.json; else the default."""
+    """A setting as text, as train will use it: `--name` if typed; else the value of the file that
+    `--config FILE` names; for --resume without either, the value recorded in the run folder's
+    config.json; else the default."""
     typed = flag_value(argv, "--" + name.replace("_", "-"))
     if typed is not None:
         return typed
+    config_file = flag_value(argv, "--config")
+    if config_file is not None:
+        try:
+            value = read_settings_file(Path(config_file)).get(name)
+        except ValueError:
+            value = None  # train reports the file in its own words
+        if value is not None:
+            return str(value)
     if "--resume" in argv:
         out = flag_value(argv, "--out")
         folder = Path(out) if out else Path("runs") / f"seed{default_seed}"

@@ -1,0 +1,68 @@
+"""`--config FILE`, as the core reads it before torch loads: a .toml or .json table of settings, and
+the hash seed and kernel pins taken from it when the command line does not type them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from repro_core.engine import startup
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_toml_and_a_json_file_give_one_table_with_dashed_names_read_as_underscored(tmp_path: Path) -> None:
+    toml = write(tmp_path / "run.toml", 'seed = 3\nlr = 0.1\ncpu-kernels = "portable"\n')
+    as_json = write(tmp_path / "run.json", json.dumps({"seed": 3, "lr": 0.1, "cpu_kernels": "portable"}))
+    expected = {"seed": 3, "lr": 0.1, "cpu_kernels": "portable"}
+    assert startup.read_settings_file(toml) == startup.read_settings_file(as_json) == expected
+
+
+@pytest.mark.parametrize("name, text, says", [
+    ("run.yaml", "seed: 3\n", "is neither a .toml nor a .json file"),
+    ("missing.toml", None, "cannot be read (No such file or directory)"),
+    ("run.toml", "seed = \n", "is not valid TOML: "),
+    ("run.json", "{seed: 3}", "is not valid JSON: "),
+    ("run.json", "[3]", "does not hold a table of settings"),
+    ("run.json", '"seed"', "does not hold a table of settings"),
+], ids=["another suffix", "missing", "bad TOML", "bad JSON", "a list", "a string"])
+def test_a_file_that_is_no_table_of_settings_is_refused_in_one_line(name: str, text: str | None, says: str,
+                                                                     tmp_path: Path) -> None:
+    path = tmp_path / name if text is None else write(tmp_path / name, text)
+    with pytest.raises(ValueError) as refused:
+        startup.read_settings_file(path)
+    assert str(refused.value).startswith(says) and "\n" not in str(refused.value).strip()
+
+
+def test_the_hash_seed_and_the_kernel_pins_come_from_the_file_when_the_command_line_has_none(tmp_path: Path) -> None:
+    """The relaunch sets what the training process needs before torch loads from the same settings
+    that train then reads: a seed given only in the file must seed the hash too."""
+    toml = write(tmp_path / "run.toml", "seed = 3\n")
+    assert startup.run_environment(["--config", str(toml)], 42)["PYTHONHASHSEED"] == "3"
+    assert startup.run_environment([f"--config={toml}"], 42)["PYTHONHASHSEED"] == "3"
+    # A flag typed beside the file wins, as it does in train's parser.
+    assert startup.run_environment(["--config", str(toml), "--seed", "5"], 42)["PYTHONHASHSEED"] == "5"
+    # The negative control: without the file, the default seed.
+    assert startup.run_environment([], 42)["PYTHONHASHSEED"] == "42"
+    assert startup.setting_from_command_line(["--config", str(toml)], "cpu_kernels", "native", 42) == "native"
+    pinned = write(tmp_path / "pinned.json", json.dumps({"cpu_kernels": "portable"}))
+    assert startup.setting_from_command_line(["--config", str(pinned)], "cpu_kernels", "native", 42) == "portable"
+
+
+def test_a_file_that_cannot_be_read_leaves_the_default_for_train_to_refuse_in_its_own_words(tmp_path: Path) -> None:
+    broken = write(tmp_path / "run.toml", "seed = \n")
+    assert startup.run_environment(["--config", str(broken)], 42)["PYTHONHASHSEED"] == "42"
+    assert startup.run_environment(["--config", str(tmp_path / "missing.json")], 42)["PYTHONHASHSEED"] == "42"
+
+
+def test_where_python_cannot_read_toml_a_toml_file_is_refused_in_one_line_naming_json(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.10 has no tomllib, and the core imports only the standard library, torch and NumPy."""
+    monkeypatch.setattr(startup, "tomllib", None)
+    with pytest.raises(ValueError, match=r"^is TOML, which Python reads from 3.11 on \(tomllib\): give a .json"):
+        startup.read_settings_file(write(tmp_path / "run.toml", "seed = 3\n"))
+    assert startup.read_settings_file(write(tmp_path / "run.json", '{"seed": 3}')) == {"seed": 3}
