@@ -279,6 +279,15 @@ def test_a_config_file_gives_the_settings_it_names_in_toml_or_json_and_a_typed_f
     assert parse_command_line(["--epochs", "2"])[0] == {"epochs": 2}
 
 
+def test_a_whole_number_for_a_float_setting_is_recorded_as_its_flag_records_it(tmp_path):
+    """`lr = 1` in a file and `--lr 1` typed give one config.json text, "lr": 1.0."""
+    (tmp_path / "run.toml").write_text("lr = 1\nepochs = 3\n")
+    from_file, _ = parse_command_line(["--config", str(tmp_path / "run.toml")])
+    typed, _ = parse_command_line(["--lr", "1", "--epochs", "3"])
+    assert json.dumps(from_file, sort_keys=True) == json.dumps(typed, sort_keys=True) == '{"epochs": 3, "lr": 1.0}'
+    assert json.dumps(Config.from_dict({"lr": 1})[0].to_dict()) == json.dumps(Config(lr=1.0).to_dict())
+
+
 @pytest.mark.parametrize("name, text, says", [
     ("run.toml", 'lr = "fast"\n', "its lr is 'fast', which is not a number"),
     ("run.toml", "learning_rate = 0.1\n", "it has settings that this code does not know: learning_rate"),

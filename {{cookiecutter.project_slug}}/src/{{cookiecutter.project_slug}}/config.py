@@ -215,6 +215,10 @@ class Config:
             if problem:
                 raise ValueError(f"its {name} is {value!r}, which is {problem}")
         added = [name for name in known if name not in data]
+        # A whole number written for a float setting (`lr = 1` in TOML) is recorded as the flag
+        # records it, 1.0: config.json's text then depends on the value, not on how it was written.
+        data = {name: float(value) if type(known[name].default) is float and type(value) is int else value
+                for name, value in data.items()}
         return cls(**data), added
 
 
@@ -244,8 +248,8 @@ def settings_from_file(path: Path) -> dict:
     world_size is left out (torchrun's to set), and a retired setting too. ValueError in one line."""
     settings = {name: value for name, value in read_settings_file(path).items()
                 if name != "world_size" and name not in RETIRED}
-    Config.from_dict(settings)  # refuses a name this code lacks or a value its flag would refuse
-    return settings
+    config, _ = Config.from_dict(settings)  # refuses a name this code lacks or a value its flag would refuse
+    return {name: getattr(config, name) for name in settings}  # as the flags give them: `lr = 1` is 1.0
 
 
 def effect_of(name: str) -> str:
