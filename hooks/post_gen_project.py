@@ -37,8 +37,8 @@ QUICK_START = {"en": "Quick start", "zh": "快速上手"}
 # (train.py, tests/conftest.py, README.md), and is not listed here.
 RESEARCH_ONLY = (
     "src/{package}/engine", "src/{package}/config.py", "src/{package}/verify.py", "src/{package}/compare.py",
-    "src/{package}/doctor.py", "src/{package}/study.py", "src/{package}/plot.py", "src/{package}/__main__.py",
-    "src/{package}/operations.py",
+    "src/{package}/evaluate.py", "src/{package}/doctor.py", "src/{package}/study.py", "src/{package}/plot.py",
+    "src/{package}/__main__.py", "src/{package}/operations.py",
     "slurm", "docs",
     *(f"tests/test_{name}.py" for name in (
         "checkpoint", "cluster", "commands", "config", "ctrl_c", "cudnn", "data", "distributed", "evaluate",

@@ -22,8 +22,8 @@ from typing import BinaryIO
 
 import pytest
 from core_helpers import PYTHON
-from repro_core.engine.files import atomic_write, write_json
-from repro_core.engine.run_folder import clear_leftovers, lock_folder, unlock_folder
+from repro_core.engine.files import atomic_write, file_place_problem, write_json
+from repro_core.engine.run_folder import MetricsLog, beats, clear_leftovers, lock_folder, unlock_folder
 from repro_core.engine.runs import RunError, read_run
 
 
@@ -143,6 +143,42 @@ def test_atomic_write_gives_a_new_file_the_usual_permissions(tmp_path: Path) -> 
     finally:
         os.umask(previous)
     assert (tmp_path / "a" / "b.txt").stat().st_mode & 0o777 == 0o640
+
+
+def test_a_place_for_a_file_is_refused_in_one_line_that_names_the_flag_and_what_is_in_the_way(
+        tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("a file\n")
+    problems = {place: file_place_problem(tmp_path / place, "--json")
+                for place in ("figures.json", ".", "notes.txt/figures.json", "missing/figures.json")}
+    assert problems["figures.json"] is None  # the control: a file that can be written
+    assert problems["."] == f"--json {tmp_path / '.'} is a folder; give a file name in it"
+    assert problems["notes.txt/figures.json"] == \
+        f"--json {tmp_path / 'notes.txt/figures.json'}: {tmp_path / 'notes.txt'} is a file, not a folder"
+    assert problems["missing/figures.json"] == \
+        f"--json {tmp_path / 'missing/figures.json'}: the folder {tmp_path / 'missing'} does not exist"
+    if Path("/proc/self").is_dir():  # Linux: where even root can write no file
+        assert file_place_problem(Path("/proc/figures.json"), "--json") == \
+            "--json /proc/figures.json: cannot write there (a file system that holds no files)"
+
+
+def test_a_best_figure_beats_every_earlier_one_strictly_and_a_nan_never_counts() -> None:
+    assert beats("min:loss", 0.5, [0.7, 0.6]) and not beats("min:loss", 0.6, [0.7, 0.6])  # a tie keeps the earlier
+    assert beats("max:accuracy", 0.8, [0.5, 0.75]) and not beats("max:accuracy", 0.7, [0.5, 0.75])
+    assert beats("min:loss", 1.0, []) and not beats("min:loss", math.nan, [])
+    assert beats("min:loss", 0.9, [math.nan, 1.0])  # an evaluation that went NaN is no record to beat
+
+
+def test_a_metrics_column_holds_the_rows_before_a_step_including_those_not_yet_flushed(tmp_path: Path) -> None:
+    log = MetricsLog(tmp_path / "metrics.csv", ("loss", "accuracy"), rows=0, writes=True)
+    log.create()
+    with log:
+        log.write(0, 4, "train", {"loss": 2.0, "accuracy": 0.1}, lr=0.1)
+        log.write(0, 4, "val", {"loss": 1.5, "accuracy": 0.25})
+        log.write(1, 8, "val", {"loss": 1.25, "accuracy": 0.5})
+        assert log.column("val", "accuracy", before_step=8) == [0.25]
+        assert log.column("val", "loss", before_step=9) == [1.5, 1.25]
+    # The control: a rank that does not write reads nothing (rank 0 decides for all).
+    assert MetricsLog(tmp_path / "metrics.csv", ("loss",), rows=3, writes=False).column("val", "loss", 9) == []
 
 
 def test_write_json_round_trips_floats_exactly(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Every command against every bad place: one line on stderr, exit status 2, nothing written.
 
-Each command (train, study, plot, verify, compare, doctor) is called through its main(), in this
+Each command (train, study, plot, verify, compare, evaluate, doctor) is called through its main(), in this
 process, with an output place that cannot be written or does not exist, an input that is missing,
 and an input of the wrong kind (a file for a folder, a corrupt run or study). Each is refused before
 anything runs, so nothing here trains; the run folder they are given is made by hand.
@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from {{ cookiecutter.project_slug }} import compare, doctor, plot, study, train, verify
+from {{ cookiecutter.project_slug }} import compare, doctor, evaluate, plot, study, train, verify
 from {{ cookiecutter.project_slug }}.config import Config
 
 from conftest import PACKAGE
 
-COMMANDS = {"train": train, "study": study, "plot": plot, "verify": verify, "compare": compare, "doctor": doctor}
+COMMANDS = {"train": train, "study": study, "plot": plot, "verify": verify, "compare": compare, "evaluate": evaluate,
+            "doctor": doctor}
 NO_FILES = "/proc/no-files"  # a place where not even root can write a file (on Linux; elsewhere, missing)
 
 
@@ -103,6 +104,18 @@ CASES = {
         "a hand-edited run": (["{run}", "{edited_run}"], "config.json: its lr is 'fast', which is not a number"),
         "a teaching-size run": (["{teaching_run}", "{run}"], "is a run of the teaching size's"),
     },
+    "evaluate": {
+        "json where nothing can be written": (["{run}", "--json", f"{NO_FILES}.json"], f"--json {NO_FILES}.json"),
+        "json in a missing folder": (["{run}", "--json", "{missing}/figures.json"], "does not exist"),
+        "json through a file": (["{run}", "--json", "{file}/figures.json"], "is a file, not a folder"),
+        "json a folder": (["{run}", "--json", "{run}"], "is a folder"),
+        "a missing run": (["{missing}"], "does not exist"),
+        "a file for a run": (["{file}"], "is not a folder"),
+        "a corrupt run": (["{corrupt_run}"], "config.json is corrupt"),
+        "a teaching-size run": (["{teaching_run}"], "is a run of the teaching size's"),
+        "a run without its model.pt": (["{run}"], "model.pt does not exist (the run finished, but the file is gone)"),
+        "missing weights": (["{run}", "--weights", "{missing}"], "--weights"),
+    },
     "doctor": {
         "no scratch folder": ([], "scratch folder"),
     },
@@ -142,10 +155,11 @@ def test_each_command_refuses_each_bad_place_with_one_line_and_exit_2(command, c
 
 
 def test_every_command_is_in_the_matrix_with_each_kind_of_bad_place():
-    assert set(CASES) == {"train", "study", "plot", "verify", "compare", "doctor"}
-    for command in ("train", "study", "plot", "compare"):  # each writes to a place of the user's choosing
-        assert any(case.startswith(("out", "plot ")) and "nothing can be written" in case for case in CASES[command])
-    for command in ("train", "study", "plot", "verify", "compare"):  # each reads a run or a study
+    assert set(CASES) == {"train", "study", "plot", "verify", "compare", "evaluate", "doctor"}
+    for command in ("train", "study", "plot", "compare", "evaluate"):  # each writes to a place of the user's choosing
+        assert any(case.startswith(("out", "plot ", "json ")) and "nothing can be written" in case
+                   for case in CASES[command])
+    for command in ("train", "study", "plot", "verify", "compare", "evaluate"):  # each reads a run or a study
         assert any("missing" in case for case in CASES[command])
         assert any(("file" in case and "out" not in case) or "corrupt" in case for case in CASES[command])
 
@@ -172,7 +186,7 @@ def test_a_place_under_proc_is_named_for_what_it_is_not_as_a_missing_folder(comm
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_on_a_system_that_is_not_posix_the_commands_that_train_refuse_in_one_line(command, capsys, monkeypatch):
-    """Windows, faked: os.name is what startup.platform_problem reads. train, study, verify and doctor
+    """Windows, faked: os.name is what startup.platform_problem reads. train, study, verify, evaluate and doctor
     refuse before they run (naming what is POSIX-only); compare and plot only read folders, and run."""
     import os
 

@@ -1,19 +1,37 @@
 """Specifications of evaluation beyond tests/test_eval_mode.py (eval mode, nothing changed, the same figures
 twice, the mode restored): every figure a float, the whole split's mean, dropout off; and training
-in train mode whatever mode the model was in."""
+in train mode whatever mode the model was in. Then the evaluate command: a run's saved weights on a
+split, without training, giving exactly the figures the run recorded; and --keep-best, whose best.pt
+it scores again."""
 
 from __future__ import annotations
+
+import json
+import shutil
 
 import pytest
 import torch
 
+from {{ cookiecutter.project_slug }} import evaluate as evaluate_command
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
 from {{ cookiecutter.project_slug }}.engine.checkpoint import TrainingState
+from {{ cookiecutter.project_slug }}.engine.cli import prog
 from {{ cookiecutter.project_slug }}.engine.optim import make_optimizer
+from {{ cookiecutter.project_slug }}.engine.runs import Run, read_run
 from {{ cookiecutter.project_slug }}.train import evaluate, first, make_loaders
 
-from conftest import BATCH, FAST, SAMPLES, precision_problem, training_steps
+from conftest import (
+    BATCH,
+    FAST,
+    SAMPLES,
+    precision_problem,
+    python_env,
+    start_module,
+    steps_per_epoch,
+    train_many,
+    training_steps,
+)
 
 CPU = torch.device("cpu")
 CONFIG = Config(seed=5, device="cpu", batch_size=BATCH, max_samples=SAMPLES)
@@ -113,3 +131,174 @@ def test_evaluation_computes_in_the_runs_precision(precision, dtype, trained, mo
                         real(outputs, targets))
     evaluate(model, val_loader, CPU, precision)
     assert seen and set(seen) == {dtype}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Run:
+    """A FAST run with seed 3, trained in a fresh process, whose only checkpoints are its two
+    epochs' ends (--checkpoint-every 0): each holds the model that epoch's validation row scored."""
+    root = tmp_path_factory.mktemp("evaluated")
+    process = start_module("train", "--out", str(root / "run"), *FAST, "--checkpoint-every", "0", "--seed", "3",
+                           log=root / "run.log")
+    assert process.wait() == 0, process.stderr[-3000:]
+    return read_run(root / "run")
+
+
+def evaluated(run_dir, *args: str, json_file) -> dict:
+    """`evaluate RUN_DIR ARGS --json FILE` in this process (it starts no interpreter of its own
+    here), and what it wrote."""
+    assert evaluate_command.main([str(run_dir), *args, "--json", str(json_file)]) == 0
+    return json.loads(json_file.read_text())
+
+
+def test_evaluate_gives_exactly_the_runs_last_validation_figures_in_a_fresh_process(finished_run, tmp_path):
+    """model.pt on the validation split: summary.json's figures bit for bit (JSON keeps a float's
+    repr). The process is started with another hash seed: evaluate must restart with the run's (3)
+    before torch loads, as train does, so that a task whose data depends on it builds the same data."""
+    process = start_module("evaluate", str(finished_run.path), "--json", str(tmp_path / "figures.json"),
+                           log=tmp_path / "evaluate.log", env=python_env(PYTHONHASHSEED="123"))
+    assert process.wait() == 0, process.stderr[-3000:]
+    result = json.loads((tmp_path / "figures.json").read_text())
+    summary = finished_run.summary
+    assert result["figures"] == {name: summary[f"val_{name}"] for name in summary["metrics"]}
+    assert result["weights_sha256"] == finished_run.weights and result["step"] == summary["steps"]
+    assert result["split"] == "val" and result["samples"] == min(len(task.make_datasets(Config())[1]), SAMPLES)
+    assert result["python_hash_seed"] == finished_run.environment["python_hash_seed"] == "3"
+    headline = task.HEADLINE_METRIC
+    assert f"val_{headline} {summary[f'val_{headline}']:.4f}" in process.stdout
+
+
+def test_each_epochs_last_checkpoint_gives_exactly_that_epochs_validation_row(finished_run, tmp_path):
+    rows = [row for row in finished_run.metrics if row["split"] == "val"]
+    assert len(rows) == 2
+    for row in rows:
+        checkpoint = finished_run.path / "checkpoints" / f"step-{int(row['step']):08d}.pt"
+        result = evaluated(finished_run.path, "--weights", str(checkpoint), json_file=tmp_path / "figures.json")
+        assert {name: repr(value) for name, value in result["figures"].items()} == \
+            {name: row[name] for name in finished_run.metric_names}, row["step"]
+        assert result["step"] == int(row["step"])
+    # The control: the two epochs' figures differ, so each check above read its own checkpoint.
+    assert rows[0]["loss"] != rows[1]["loss"]
+
+
+def test_each_split_is_the_one_asked_for(finished_run, tmp_path, monkeypatch):
+    """--split train: the run's training samples (its --max-samples of them), other figures than
+    the validation split's; --split test: what task.py's make_test_set returns (here the
+    validation set, so the validation figures)."""
+    train_set, val_set = task.make_datasets(Config())
+    on_train = evaluated(finished_run.path, "--split", "train", json_file=tmp_path / "train.json")
+    assert on_train["samples"] == min(len(train_set), SAMPLES) and on_train["split"] == "train"
+    assert on_train["figures"]["loss"] != finished_run.summary["val_loss"]
+    monkeypatch.setattr(task, "make_test_set", lambda config: task.make_datasets(config)[1], raising=False)
+    on_test = evaluated(finished_run.path, "--split", "test", json_file=tmp_path / "test.json")
+    assert on_test["figures"] == {name: finished_run.summary[f"val_{name}"] for name in finished_run.summary["metrics"]}
+
+
+def other_epochs_model(run: Run, copy) -> None:
+    """`copy`'s model.pt replaced by the model of the run's first epoch's end."""
+    checkpoint = torch.load(sorted((run.path / "checkpoints").glob("step-*.pt"))[0], weights_only=True)
+    torch.save(checkpoint["model"], copy / "model.pt")
+
+
+def one_tensor_fewer(run: Run, copy) -> None:
+    weights = torch.load(run.path / "model.pt", weights_only=True)
+    torch.save(dict(list(weights.items())[1:]), copy / "weights.pt")
+
+
+@pytest.mark.parametrize("args, change, says", [
+    (["{missing}"], None, "does not exist"),
+    (["{copy}"], lambda run, copy: [(copy / name).unlink() for name in ("model.pt", "summary.json")],
+     "(the run has not finished); pass --weights"),
+    (["{copy}"], lambda run, copy: (copy / "model.pt").unlink(), "(the run finished, but the file is gone)"),
+    (["{copy}"], other_epochs_model, "is not the model the run saved: its weights_sha256 is"),
+    (["{copy}", "--weights", "{copy}/weights.pt"], one_tensor_fewer,
+     "does not fit the model task.py makes"),
+    (["{copy}", "--weights", "{copy}/config.json"], None, "cannot be loaded: not a checkpoint file"),
+    (["{copy}", "--split", "test"], None, "task.py has no make_test_set(config)"),
+    (["{copy}", "--device", "cuda:99"], None, "(--device chooses another)"),
+], ids=["not a run", "unfinished", "model.pt gone", "model.pt changed", "weights of another model", "not weights",
+        "no test split", "no such device"])
+def test_what_cannot_be_evaluated_gets_one_line_and_exit_2(args, change, says, finished_run, tmp_path, capsys):
+    copy = tmp_path / "run"
+    shutil.copytree(finished_run.path, copy)
+    if change is not None:
+        change(finished_run, copy)
+    args = [arg.format(copy=copy, missing=tmp_path / "missing") for arg in args]
+    with pytest.raises(SystemExit) as ended:
+        evaluate_command.main([*args, "--json", str(tmp_path / "figures.json")])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and err.startswith(f"{prog('evaluate')}: error: ") and says in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "figures.json").exists()
+
+
+@pytest.fixture(scope="module")
+def best_kept(tmp_path_factory) -> dict[str, Run]:
+    """Three epochs, each evaluated, with --keep-best watching the validation loss both ways (so
+    that one of the two keeps an evaluation before the last, whichever way the loss goes), and the
+    max run again, stopped after its second epoch and resumed."""
+    root = tmp_path_factory.mktemp("best")
+    watched = ("--epochs", "3", "--checkpoint-every", "0", "--keep-best")
+    stop = ("--stop-after-steps", str(2 * steps_per_epoch()))
+    runs = train_many(root, {"min": ((*watched, "min:loss"), {}), "max": ((*watched, "max:loss"), {}),
+                             "max_resumed": ((*watched, "max:loss", *stop), {})})
+    process = start_module("train", "--out", str(root / "max_resumed"), "--resume", log=root / "resume.log")
+    assert process.wait() == 0, process.stderr[-3000:]
+    runs["max_resumed"] = read_run(root / "max_resumed")
+    return runs
+
+
+def best_row(run: Run, lowest: bool) -> dict:
+    """The validation row that --keep-best keeps, found here from metrics.csv alone: the first row
+    whose loss is the lowest (or highest) of all."""
+    rows = [row for row in run.metrics if row["split"] == "val"]
+    target = (min if lowest else max)(float(row["loss"]) for row in rows)
+    return next(row for row in rows if float(row["loss"]) == target)
+
+
+@pytest.mark.parametrize("name, lowest", [("min", True), ("max", False)])
+def test_keep_best_keeps_the_evaluation_that_beat_every_earlier_one_and_evaluate_scores_it_again(
+        name, lowest, best_kept, tmp_path):
+    run = best_kept[name]
+    row, record = best_row(run, lowest), json.loads((run.path / "best.json").read_text())
+    assert record["step"] == int(row["step"]) and record["keep_best"] == f"{name}:loss"
+    assert {figure: repr(record[f"val_{figure}"]) for figure in run.metric_names} == \
+        {figure: row[figure] for figure in run.metric_names}
+    again = evaluated(run.path, "--weights", str(run.path / "best.pt"), json_file=tmp_path / "best.json")
+    assert again["weights_sha256"] == record["weights_sha256"]
+    assert {figure: repr(value) for figure, value in again["figures"].items()} == \
+        {figure: row[figure] for figure in run.metric_names}
+
+
+def test_keep_best_changes_nothing_a_run_computes_and_each_way_keeps_its_own(best_kept):
+    low, high = best_kept["min"], best_kept["max"]
+    assert low.metrics == high.metrics and low.weights == high.weights
+    # The control: the two ways keep two evaluations (the losses of three epochs are not all equal).
+    assert json.loads((low.path / "best.json").read_text())["step"] != \
+        json.loads((high.path / "best.json").read_text())["step"]
+    # The epoch line says when best.pt was written: at each new highest loss.
+    losses = [float(row["loss"]) for row in high.metrics if row["split"] == "val"]
+    records = sum(1 for i, loss in enumerate(losses) if all(loss > earlier for earlier in losses[:i]))
+    assert (high.path.parent / "max.out").read_text().count("-> best.pt") == records  # train_many's log
+
+
+def test_a_resumed_run_keeps_the_same_best_as_one_never_stopped(best_kept):
+    """The earlier evaluations come from metrics.csv, so a run resumed after its second epoch still
+    weighs the third against the first two."""
+    resumed, whole = best_kept["max_resumed"], best_kept["max"]
+    assert resumed.metrics == whole.metrics and resumed.weights == whole.weights
+    assert json.loads((resumed.path / "best.json").read_text()) == json.loads((whole.path / "best.json").read_text())
+    assert (resumed.path / "best.pt").read_bytes() == (whole.path / "best.pt").read_bytes()
+
+
+@pytest.mark.parametrize("value, says", [
+    ("max:nope", "--keep-best max:nope: the task has no figure 'nope'; its figures are loss"),
+    ("best", "argument --keep-best: 'best' is not off, min:NAME or max:NAME"),
+], ids=["a figure the task lacks", "not min or max"])
+def test_keep_best_of_what_cannot_be_watched_is_refused_in_one_line_before_any_file(value, says, tmp_path, capsys):
+    from {{ cookiecutter.project_slug }} import train
+
+    with pytest.raises(SystemExit) as ended:
+        train.main(["--out", str(tmp_path / "run"), *FAST, "--keep-best", value])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+    assert not any((tmp_path / "run").glob("*"))

@@ -52,7 +52,8 @@ PERTURBED = {
 REFERENCES = {"adamw": ["--optimizer", "adamw"], "one_cycle": ["--schedule", "one-cycle"]}
 ON = {"beta2": "adamw"}  # AdamW's alone
 # Settings that change no weight, each with another value: the weights must stay.
-UNCHANGED = {"val_batch_size": 7, "eval_every": 0, "log_every": 1, "checkpoint_every": 1, "num_workers": 1}
+UNCHANGED = {"val_batch_size": 7, "eval_every": 0, "log_every": 1, "checkpoint_every": 1, "num_workers": 1,
+             "keep_best": "max:loss"}
 # Whether these change bits depends on the machine (GPU kernels, thread splits, a compiler): they
 # are recorded and kept on --resume; the GPU and slow tiers test them where they act.
 # --parallel acts under torchrun only; tests/test_fsdp.py shows where it changes no bit (2 gloo ranks).

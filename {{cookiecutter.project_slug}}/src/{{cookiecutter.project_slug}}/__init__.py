@@ -13,7 +13,7 @@ DEFAULT_SEED = {{ cookiecutter.seed|int }}  # the default --seed and --data-seed
     task.py      yours: the data, the model, the loss and the metrics
     config.py    every setting of a run (add yours here)
     train.py     the recipe: read it top to bottom (python -m {{ cookiecutter.project_slug }}.train)
-    verify.py, compare.py, doctor.py, study.py, plot.py
+    verify.py, compare.py, evaluate.py, doctor.py, study.py, plot.py
                  the other commands (python -m {{ cookiecutter.project_slug }}.<command>)
     operations.py
                  the recipe's own digests for doctor --fingerprint (not a command)

@@ -75,6 +75,15 @@ def run_folder(text: str) -> Path:
     return Path(text)
 
 
+def best_figure(text: str) -> str:
+    """--keep-best: off, or min:NAME or max:NAME, NAME one of the task's figures (checked once the
+    task is built: plan.keep_best_problem)."""
+    mode, _, name = text.partition(":")
+    if text != "off" and (mode not in ("min", "max") or not name.isidentifier()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not off, min:NAME or max:NAME (min:loss, max:accuracy)")
+    return text
+
+
 def parse_device(text: str) -> str:
     try:
         return device_name(text)
@@ -162,6 +171,10 @@ class Config:
                                 "tensorboard/ (needs the tensorboard package)", effect="execution")
     checkpoint_every: int = setting(50, "save a checkpoint every N optimizer steps, and at each epoch's end "
                                     "(0: epoch ends only)", integer(0), effect="execution")
+    keep_best: str = setting("off", "keep the model of the best evaluation so far as best.pt (and best.json): "
+                             "min:NAME or max:NAME, NAME a figure of the task, as min:loss or max:accuracy; the best "
+                             "is the one that beats every earlier evaluation in metrics.csv", best_figure,
+                             effect="execution")
     log_every: int = setting(50, "read the steps' metrics back from the device every N steps (and at each "
                              "checkpoint): every step still gets its row in metrics.csv", integer(1),
                              effect="execution")

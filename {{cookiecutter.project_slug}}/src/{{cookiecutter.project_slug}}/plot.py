@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from .engine.cli import make_parser, run_command
-from .engine.files import file_in_the_way, write_problem
+from .engine.files import file_place_problem
 from .engine.runs import Run, RunError, read_json, read_run
 from .engine.statistics import statistics_of
 
@@ -178,13 +178,7 @@ def out_problem(out: Path, flag: str = "--out") -> str | None:
         return f"{flag} {out} is a folder; give a file name such as {out / 'curves.png'}"
     if out.suffix.lower() not in FORMATS:
         return f"{flag} {out}: the suffix says the format; choose one of {', '.join(FORMATS)}"
-    blocking = file_in_the_way(out)
-    if blocking is not None:
-        return f"{flag} {out}: {blocking} is a file, not a folder"
-    if not out.parent.is_dir():
-        return f"{flag} {out}: the folder {out.parent} does not exist"
-    problem = write_problem(out.parent)
-    return f"{flag} {out}: cannot write there ({problem})" if problem else None
+    return file_place_problem(out, flag)
 
 
 def save_picture(series: dict[str, dict], out: Path, **options) -> str | None:

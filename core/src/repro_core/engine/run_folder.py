@@ -10,6 +10,8 @@
     fingerprint.json  only under --cpu-kernels portable: this CPU's digests of the operations the run
                       depends on, at fixed inputs (fingerprint.py), for verify on another machine
     tensorboard/      with --tensorboard: the same metrics as TensorBoard event files
+    best.pt           with --keep-best: the state_dict of the evaluation whose figure beat every earlier one
+    best.json         ... and which evaluation that was: epoch, step, its figures, weights_sha256
     model.pt          the final state_dict (load it with torch.load(..., weights_only=True))
     summary.json      seeds, device, weights_sha256, train_seconds and the final evaluation
     error.log         the full traceback, when the run stopped on an error
@@ -21,6 +23,7 @@ as those strings, so "equal" means equal bit for bit.
 from __future__ import annotations
 
 import csv
+import math
 import os
 import shutil
 import traceback
@@ -32,8 +35,9 @@ from ..utils.repro import state_dict_sha256
 from .files import atomic_write, atomic_write_text, unwritable_reason, write_json, write_problem
 
 # The files that make a folder hold a run: a new run refuses such a folder without --overwrite.
+BEST_MODEL, BEST_RECORD = "best.pt", "best.json"  # --keep-best: the best evaluation's model, and which it was
 RUN_FILES = ("config.json", "environment.json", "metrics.csv", "model.pt", "summary.json", "checkpoints", "tensorboard",
-             "world_sizes.json", "fingerprint.json")
+             "world_sizes.json", "fingerprint.json", BEST_MODEL, BEST_RECORD)
 ERROR_LOG = "error.log"  # not a run on its own: a rerun takes over a folder that holds only this
 ROW_FIELDS = ("epoch", "step", "split", "lr")  # lr: the step's learning rate; empty in a val row
 SPLITS = ("train", "val")
@@ -181,6 +185,17 @@ class MetricsLog:
             return [float(row["loss"]) for row in csv.DictReader(file)
                     if row["split"] == "train" and int(row["epoch"]) == epoch]
 
+    def column(self, split: str, name: str, before_step: int) -> list[float]:
+        """The figure `name` of every `split` row before step `before_step`, as metrics.csv holds
+        them (the rows a resume cut back included); [] on a rank that does not write."""
+        if not self.writes or not self.path.exists():
+            return []
+        if self.file is not None:
+            self.file.flush()
+        with open(self.path, newline="", encoding="utf-8") as file:
+            return [float(row[name]) for row in csv.DictReader(file)
+                    if row["split"] == split and int(row["step"]) < before_step]
+
     def __enter__(self) -> MetricsLog:
         if self.writes:
             self.file = open(self.path, "a", newline="", encoding="utf-8")
@@ -207,6 +222,23 @@ class MetricsLog:
         if self.file is not None:
             self.file.flush()
             os.fsync(self.file.fileno())
+
+
+def beats(keep_best: str, value: float, earlier: list[float]) -> bool:
+    """Whether `value`, of the figure that `keep_best` names (min:NAME or max:NAME), beats every
+    earlier one: strictly (a tie keeps the earlier model), and a NaN never beats nor is beaten."""
+    if math.isnan(value):
+        return False
+    lower = keep_best.split(":", 1)[0] == "min"
+    return all(value < other if lower else value > other for other in earlier if not math.isnan(other))
+
+
+def write_best(out: Path, weights: dict, record: dict) -> None:
+    """best.pt, the model's state_dict, then best.json, what it scored and where (each written
+    whole or not at all; a kill between the two leaves a best.json that names the model before,
+    and the resumed run evaluates that step again and writes both)."""
+    atomic_write(out / BEST_MODEL, lambda file: torch.save(weights, file))
+    write_json(out / BEST_RECORD, {**record, "weights_sha256": state_dict_sha256(weights)})
 
 
 def clear_leftovers(out: Path) -> None:

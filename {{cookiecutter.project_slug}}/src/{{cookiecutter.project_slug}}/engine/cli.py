@@ -19,7 +19,7 @@ from .startup import platform_problem
 PACKAGE = "{{ cookiecutter.project_slug }}"
 # The commands that train, or start training processes: POSIX only (see startup.platform_problem).
 # compare and plot read run folders and work anywhere.
-POSIX_ONLY_COMMANDS = ("train", "study", "verify", "doctor")
+POSIX_ONLY_COMMANDS = ("train", "study", "verify", "doctor", "evaluate")  # evaluate: the relaunch (execv)
 
 
 def prog(command: str) -> str:

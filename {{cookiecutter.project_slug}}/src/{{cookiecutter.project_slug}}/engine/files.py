@@ -81,6 +81,20 @@ def file_in_the_way(path: Path) -> Path | None:
     return next((parent for parent in reversed(path.parents) if parent.exists() and not parent.is_dir()), None)
 
 
+def file_place_problem(path: Path, flag: str) -> str | None:
+    """Why no file can be written at `path`, given on the command line as `flag`, in one line that
+    starts with the flag; None if it can be tried."""
+    if path.is_dir():
+        return f"{flag} {path} is a folder; give a file name in it"
+    blocking = file_in_the_way(path)
+    if blocking is not None:
+        return f"{flag} {path}: {blocking} is a file, not a folder"
+    if not path.parent.is_dir():
+        return f"{flag} {path}: the folder {path.parent} does not exist"
+    problem = write_problem(path.parent)
+    return f"{flag} {path}: cannot write there ({problem})" if problem else None
+
+
 def scratch_problem() -> str | None:
     """Why no scratch folder can be made where temporary files go (verify and doctor train there);
     None if one can."""

@@ -109,6 +109,14 @@ def length_problem(config: Config, train_samples: int, steps: int) -> str | None
     return None
 
 
+def keep_best_problem(keep_best: str, names: tuple[str, ...]) -> str | None:
+    """Why --keep-best cannot watch the figure it names (one the task does not compute), or None."""
+    name = keep_best.partition(":")[2]
+    if keep_best == "off" or name in names:
+        return None
+    return f"--keep-best {keep_best}: the task has no figure {name!r}; its figures are {', '.join(names)}"
+
+
 def parallel_problem(config: Config) -> str | None:
     if config.parallel == "fsdp" and not distributed.under_torchrun():
         return ("--parallel fsdp shards the model over processes that torchrun starts: torchrun --standalone "
