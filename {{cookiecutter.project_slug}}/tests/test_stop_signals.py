@@ -13,21 +13,23 @@ import time
 
 import pytest
 
-from {{ cookiecutter.project_slug }}.engine.signals import PARENT_DIED
+from {{ cookiecutter.project_slug }}.engine.signals import PARENT_DIED, PASSED_ON
 
 from conftest import PACKAGE, python_env
 
 # Two signals to this process inside StopSignals, then what the stop request holds.
 TWO_SIGNALS = """
 import os, signal, sys, time
-from {package}.engine.signals import PARENT_DIED, StopSignals
+from {package}.engine.signals import PARENT_DIED, PASSED_ON, StopSignals
 
-first, second = (PARENT_DIED if name == "PARENT_DIED" else getattr(signal, name) for name in sys.argv[1:])
+OURS = dict(PARENT_DIED=PARENT_DIED, PASSED_ON=PASSED_ON)
+first, second = (OURS.get(name) or getattr(signal, name) for name in sys.argv[1:])
 with StopSignals() as stop:
     os.kill(os.getpid(), first)  # a signal to oneself is handled before os.kill returns to Python code
     print("second signal at", time.time(), file=sys.stderr, flush=True)
     os.kill(os.getpid(), second)
-    print("stop requested by", "PARENT_DIED" if stop.signum == PARENT_DIED else signal.Signals(stop.signum).name)
+    print("stop requested by", next((name for name, signum in OURS.items() if signum == stop.signum), None)
+          or signal.Signals(stop.signum).name)
 """
 
 needs_parent_death = pytest.mark.skipif(PARENT_DIED is None or not sys.platform.startswith("linux"),
@@ -62,3 +64,19 @@ def test_a_sigterm_after_the_parent_died_still_means_now():
     ended = send_two("PARENT_DIED", "SIGTERM")
     assert ended.returncode == 143, ended.stderr
     assert "SIGTERM again: exiting now" in ended.stderr
+
+
+@pytest.mark.skipif(PASSED_ON is None, reason="real-time signals are Linux's")
+@pytest.mark.parametrize("first, second", [("PASSED_ON", "SIGINT"), ("SIGINT", "PASSED_ON"), ("PASSED_ON", "SIGTERM")])
+def test_a_stop_that_a_study_passed_on_and_the_runs_own_ctrl_c_are_one_request(first, second):
+    """A terminal's Ctrl-C reaches the run and the study, which passes it on: in either order, one
+    stop after the step, with a checkpoint, named as the signal the run got itself."""
+    ended = send_two(first, second)
+    assert ended.returncode == 0, ended.stderr
+    assert ended.stdout.strip() == f"stop requested by {'SIGTERM' if 'SIGTERM' in (first, second) else 'SIGINT'}"
+
+
+@pytest.mark.skipif(PASSED_ON is None, reason="real-time signals are Linux's")
+def test_a_passed_on_stop_repeated_is_one_request():
+    ended = send_two("PASSED_ON", "PASSED_ON")
+    assert ended.returncode == 0 and ended.stdout.strip() == "stop requested by PASSED_ON", ended.stderr

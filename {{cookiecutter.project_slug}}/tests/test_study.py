@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import signal
@@ -19,9 +20,10 @@ import pytest
 from {{ cookiecutter.project_slug }} import compare, study, task
 from {{ cookiecutter.project_slug }}.config import EXECUTION_ONLY, build_parser
 from {{ cookiecutter.project_slug }}.engine.run_folder import out_dir_refusal
+from {{ cookiecutter.project_slug }}.engine.signals import PASSED_ON
 from {{ cookiecutter.project_slug }}.engine.statistics import statistics_of, t_975
 
-from conftest import BATCH, PACKAGE, SAMPLES, once, read_run, start, value_of, wait_until
+from conftest import BATCH, PACKAGE, SAMPLES, once, python_env, read_run, start, value_of, wait_until
 
 FLAGS = ("--epochs", "1", "--device", "cpu", "--checkpoint-every", "4", "--max-samples", str(SAMPLES),
          "--batch-size", str(BATCH))
@@ -151,6 +153,63 @@ def test_a_seed_stopped_before_its_first_checkpoint_is_started_again_over_what_i
     parsed = build_parser().parse_args(args)
     assert action == "started" and (parsed.seed, parsed.out) == (3, run)
     assert out_dir_refusal(parsed.out, parsed.overwrite) is None
+
+
+# Imported first by every Python process the study starts (sitecustomize, from PYTHONPATH): a
+# training child, once its first step is done, waits until two signals have reached it (the
+# terminal's Ctrl-C and the study's), then goes on. So both arrive while the run is still in its
+# step, however fast the run or loaded the machine: the moment where taking them as two Ctrl-Cs
+# would end the run without a checkpoint.
+HOLD_FOR_TWO_SIGNALS = """
+import os, sys
+if "-m" in sys.orig_argv and "PACKAGE.train" in sys.orig_argv:
+    import signal, time
+    from pathlib import Path
+    from PACKAGE.engine.loop import StepRows
+    from PACKAGE.engine.signals import PASSED_ON
+    add, arrived = StepRows.add, []
+
+    def add_then_hold(rows, epoch, at_step, *rest):
+        add(rows, epoch, at_step, *rest)
+        if at_step != 1:
+            return
+        handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, PASSED_ON)}
+        def noted(signum, frame):
+            arrived.append(signum)
+            handlers[signum](signum, frame)
+        for signum in handlers:
+            signal.signal(signum, noted)
+        Path(os.environ["HELD_MARKER"]).write_text("held")
+        while len(arrived) < 2:
+            time.sleep(0.01)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+    StepRows.add = add_then_hold
+"""
+
+
+@pytest.mark.skipif(PASSED_ON is None, reason="real-time signals are Linux's")
+def test_one_ctrl_c_in_a_terminal_stops_the_study_and_its_running_seed_with_a_checkpoint(tmp_path):
+    """A terminal sends Ctrl-C to the whole process group: the study and its training child each
+    get one SIGINT. The study passes the stop on as well (for a SIGINT sent to it alone); the child
+    must take the two as one request (stop after its step, with a checkpoint), not as the second
+    Ctrl-C that means "now, without one". The study then says so in one line, exit 130."""
+    out, marker = tmp_path / "study", tmp_path / "held"
+    (tmp_path / "hold").mkdir()
+    (tmp_path / "hold" / "sitecustomize.py").write_text(HOLD_FOR_TWO_SIGNALS.replace("PACKAGE", PACKAGE))
+    env = python_env(HELD_MARKER=str(marker))
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "hold"), env["PYTHONPATH"]])
+    process = start([sys.executable, "-m", f"{PACKAGE}.study", "--seeds", "0", *FLAGS, "--out", str(out)],
+                    tmp_path / "study.log", env=env)
+    wait_until(marker.exists, process, "its seed's first step")
+    process.kill_group(signal.SIGINT)  # the group, as a terminal does
+    assert process.wait() == 130, process.stderr[-3000:]
+    assert process.stderr.strip().splitlines()[-1].startswith(f"python -m {PACKAGE}.study: stopped (SIGINT): ")
+    seed_log = (out / "logs" / "seed-0.log").read_text()
+    assert "again: exiting now" not in seed_log and "SIGINT: stopped after step 1," in seed_log, seed_log[-2000:]
+    assert (out / "seed-0" / "checkpoints" / "step-00000001.pt").exists()
+    assert "Traceback" not in process.stderr + seed_log
 
 
 @pytest.mark.parametrize("out", ["/proc/study", "/sys/study"])

@@ -35,6 +35,7 @@ from .engine.files import atomic_write_text, file_in_the_way, unwritable_reason,
 from .engine.launch import launch_training
 from .engine.run_folder import lock_folder
 from .engine.runs import RunError, read_json, read_run
+from .engine.signals import PASSED_ON
 from .engine.statistics import statistics_of
 from .utils.repro import MAX_SEED
 
@@ -126,7 +127,9 @@ def finished_line(seed: int, out: Path, seconds: float, metric: str | None) -> s
 
 def run_seeds(seeds: list[int], out: Path, flags: list[str], jobs: int, metric: str | None) -> list[int]:
     """Runs what each seed needs, `jobs` at a time; returns the seeds whose run failed. A SIGTERM
-    or Ctrl-C is passed on, once, to the runs (each stops with a checkpoint), then the study stops."""
+    or Ctrl-C is passed on, once, to the runs (each stops with a checkpoint), then the study stops
+    with one line. Passed on as signals.PASSED_ON: a Ctrl-C typed in a terminal reaches the runs
+    too, and that SIGINT with this one is one stop request, not the two that mean "now"."""
     waiting, running, failed, stop = list(seeds), {}, [], []
     previous = {s: signal.signal(s, lambda signum, frame: stop.append(signum)) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -136,12 +139,15 @@ def run_seeds(seeds: list[int], out: Path, flags: list[str], jobs: int, metric: 
                 launched = launch_seed(seed, out, flags)
                 if launched is not None:
                     running[seed] = launched
-            if stop and stop[-1] is not None:  # pass the signal on once; a second one would skip the checkpoint
+            if stop and stop[-1] is not None:  # pass the stop on, once, as a signal the run takes as one request
                 for process, _, _ in running.values():
-                    process.send_signal(stop[0])
+                    process.send_signal(PASSED_ON or stop[0])  # a terminal's Ctrl-C reached the runs already
                 stop.append(None)
             failed += reap(running, out, metric, quiet=bool(stop))
             if stop and not running:
+                print(f"{prog('study')}: stopped ({signal.Signals(stop[0]).name}): each seed that was training "
+                      f"stopped after its step with a checkpoint (its log in {out / 'logs'}); the same command "
+                      "goes on from there", file=sys.stderr, flush=True)
                 sys.exit(128 + stop[0])
             time.sleep(0.05)
     finally:

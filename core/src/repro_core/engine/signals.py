@@ -17,6 +17,12 @@ PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent d
 # is there to ignore. A real-time signal has no other sender here; StopSignals takes it as one
 # stop request however often it comes. (Linux only, as the parent-death signal is.)
 PARENT_DIED: int | None = getattr(signal, "SIGRTMIN", None)
+# The signal with which a command that started the run (study) passes on a stop it was asked for.
+# Not the signal it got: a terminal's Ctrl-C reaches the whole process group, so the run has had
+# that SIGINT already, and the same signal again would mean "now, without a checkpoint". This one
+# and a SIGTERM or SIGINT of the run's own are one stop request, in either order.
+PASSED_ON: int | None = PARENT_DIED + 1 if PARENT_DIED is not None else None
+USER_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def die_with_parent() -> None:
@@ -38,21 +44,28 @@ def die_with_parent() -> None:
 
 
 def signal_name(signum: int) -> str:
-    """SIGTERM, SIGINT, or what PARENT_DIED means (a real-time signal has no name of its own)."""
-    return "its parent process died" if signum == PARENT_DIED else signal.Signals(signum).name
+    """SIGTERM, SIGINT, or what PARENT_DIED or PASSED_ON means (a real-time signal has no name of its own)."""
+    if signum == PARENT_DIED:
+        return "its parent process died"
+    if signum == PASSED_ON:
+        return "a stop passed on by the command that started it"
+    return signal.Signals(signum).name
 
 
 class StopSignals:
-    """Within `with StopSignals() as stop:`, the first SIGTERM, SIGINT or PARENT_DIED sets
-    `stop.signum` and the loop stops after the current step, with a checkpoint; a second SIGTERM or
-    SIGINT exits at once (a user who means "now"), a repeated PARENT_DIED is the same news again."""
+    """Within `with StopSignals() as stop:`, the first SIGTERM, SIGINT, PARENT_DIED or PASSED_ON
+    sets `stop.signum` and the loop stops after the current step, with a checkpoint; a second
+    SIGTERM or SIGINT exits at once (a user who means "now"). A repeated PARENT_DIED or PASSED_ON
+    is the same news again, and so is the first SIGTERM or SIGINT after a PASSED_ON (the Ctrl-C
+    that the command passed on reached the run too)."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.user_signals = 0  # SIGTERMs and SIGINTs so far
         self.previous: dict = {}
 
     def __enter__(self) -> StopSignals:
-        signums = (signal.SIGTERM, signal.SIGINT) + ((PARENT_DIED,) if PARENT_DIED is not None else ())
+        signums = USER_SIGNALS + tuple(signum for signum in (PARENT_DIED, PASSED_ON) if signum is not None)
         self.previous = {signum: signal.signal(signum, self.request) for signum in signums}
         return self
 
@@ -61,12 +74,14 @@ class StopSignals:
             signal.signal(signum, handler)
 
     def request(self, signum: int, frame) -> None:
-        if self.signum is not None and signum == PARENT_DIED:
+        if signum not in USER_SIGNALS:  # PARENT_DIED, PASSED_ON: a stop request, never "now"
+            self.signum = self.signum or signum
             return
-        if self.signum is not None:
-            print(f"\n{signal_name(signum)} again: exiting now, without a checkpoint", file=sys.stderr,
-                  flush=True)
-            # At once, skipping clean-up that could block (loader workers): every file on disk was
-            # written atomically, so the newest checkpoint is intact.
-            os._exit(128 + signum)
-        self.signum = signum
+        self.user_signals += 1
+        if self.signum in (None, PASSED_ON) and self.user_signals == 1:
+            self.signum = signum  # the first stop request, or the one a command passed on: named as typed
+            return
+        print(f"\n{signal_name(signum)} again: exiting now, without a checkpoint", file=sys.stderr, flush=True)
+        # At once, skipping clean-up that could block (loader workers): every file on disk was
+        # written atomically, so the newest checkpoint is intact.
+        os._exit(128 + signum)

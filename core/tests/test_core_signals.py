@@ -1,0 +1,26 @@
+"""engine/signals.py, its bookkeeping called directly (the signals themselves, end to end, are the
+generated project's tests/test_stop_signals.py and test_study.py): which requests are one stop."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from repro_core.engine.signals import PARENT_DIED, PASSED_ON, StopSignals, signal_name
+
+
+@pytest.mark.skipif(PASSED_ON is None, reason="real-time signals are Linux's")
+@pytest.mark.parametrize("order", [("PASSED_ON", "SIGINT"), ("SIGINT", "PASSED_ON"), ("PASSED_ON", "PASSED_ON")])
+def test_a_stop_passed_on_and_the_runs_own_ctrl_c_are_one_request_named_as_the_run_got_it(order):
+    stop = StopSignals()
+    for name in order:
+        stop.request(PASSED_ON if name == "PASSED_ON" else getattr(signal, name), None)  # never exits here
+    assert stop.signum == (signal.SIGINT if "SIGINT" in order else PASSED_ON)
+    assert stop.user_signals == order.count("SIGINT")
+
+
+@pytest.mark.skipif(PASSED_ON is None or PARENT_DIED is None, reason="real-time signals are Linux's")
+def test_the_real_time_signals_have_names_that_say_what_they_mean():
+    assert signal_name(PARENT_DIED) == "its parent process died"
+    assert signal_name(PASSED_ON) == "a stop passed on by the command that started it"
+    assert signal_name(signal.SIGTERM) == "SIGTERM" and PASSED_ON != PARENT_DIED
