@@ -53,8 +53,13 @@ def make_project(folder: Path, task_code: str | None = None, scope: str = "resea
     project = Path(cookiecutter(str(ROOT), no_input=True, output_dir=str(folder),
                                 extra_context={"init_git": False, "scope": scope}))
     if task_code is not None:
-        (project / "src" / project.name / "task.py").write_text(task_code, encoding="utf-8")
+        put_task(project, task_code)
     return project
+
+
+def put_task(project: Path, task_code: str) -> None:
+    """`task_code` as the baked `project`'s task.py, as a user who ports a task replaces it."""
+    (project / "src" / project.name / "task.py").write_text(task_code, encoding="utf-8")
 
 
 def plain_pytest(project: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:

@@ -289,7 +289,7 @@ def bake_with_task(folder: Path, name: str, task: str) -> Path:
     """The combination `name` baked, with the README's task `task` (test_tasks.py) as its task.py."""
     tasks = load("tasks_benchmark", ROOT / "benchmarks" / "tasks.py")
     project = bake(folder, COMBINATIONS[name])
-    (project / "src" / project.name / "task.py").write_text(tasks.readme_tasks()[task], encoding="utf-8")
+    tasks.put_task(project, tasks.readme_tasks()[task])
     return project
 
 
