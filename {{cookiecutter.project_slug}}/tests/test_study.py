@@ -212,6 +212,25 @@ def test_one_ctrl_c_in_a_terminal_stops_the_study_and_its_running_seed_with_a_ch
     assert "Traceback" not in process.stderr + seed_log
 
 
+def test_a_study_with_a_config_file_records_the_files_settings_and_gives_each_seed_its_own(tmp_path):
+    """--config FILE is passed to each seed's train, whose typed --seed overrides the file's; the
+    study's own record (study.json's shared settings, which a later launch is checked against)
+    holds the file's settings too, not the defaults."""
+    (tmp_path / "experiment.toml").write_text("lr = 0.07\nseed = 9\nweight-decay = 0.0\n")
+    out = tmp_path / "study"
+    process = start([sys.executable, "-m", f"{PACKAGE}.study", "--seeds", "0", *FLAGS, "--config",
+                     str(tmp_path / "experiment.toml"), "--out", str(out)], tmp_path / "study.log")
+    assert process.wait() == 0, process.stderr[-3000:]
+    run, recorded = read_run(out / "seed-0"), json.loads((out / "study.json").read_text())["config"]
+    assert (run.config["lr"], run.config["weight_decay"], run.config["seed"]) == (0.07, 0.0, 0)
+    assert recorded == {name: value for name, value in run.config.items() if name != "seed"}
+    # The control: the refusal of a study that goes on with other result settings reads the file too.
+    (tmp_path / "experiment.toml").write_text("lr = 0.08\n")
+    with pytest.raises(SystemExit) as ended:
+        study.main(["--seeds", "0", *FLAGS, "--config", str(tmp_path / "experiment.toml"), "--out", str(out)])
+    assert ended.value.code == 2
+
+
 @pytest.mark.parametrize("out", ["/proc/study", "/sys/study"])
 def test_a_study_folder_that_cannot_be_written_gets_one_line_and_exit_2(out, capsys):
     with pytest.raises(SystemExit) as exit_info:

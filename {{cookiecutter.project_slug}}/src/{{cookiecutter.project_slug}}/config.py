@@ -303,10 +303,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_command_line(argv: list[str] | None) -> tuple[dict, argparse.Namespace]:
+def parse_command_line(argv: list[str] | None, parser: argparse.ArgumentParser | None = None
+                       ) -> tuple[dict, argparse.Namespace]:
     """(the settings the user gave, typed or in --config's file, every flag's value): SystemExit(2)
-    with one line on a mistake. A flag typed overrides the file's value for its setting."""
-    parser = build_parser()
+    with one line on a mistake. A flag typed overrides the file's value for its setting. `parser`:
+    build_parser()'s, with another command's one-line errors (study's)."""
+    parser = parser or build_parser()
     args = parser.parse_args(argv)
     typed = {f.name: getattr(args, f.name) for f in FLAGS if hasattr(args, f.name)}
     if args.config is not None:

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from .config import EXECUTION_ONLY, Config, build_parser
+from .config import EXECUTION_ONLY, Config, build_parser, parse_command_line
 from .engine.cli import make_parser, prog, run_command
 from .engine.cli import refuse as refuse_with
 from .engine.environment import differences
@@ -69,8 +69,7 @@ def training_settings(flags: list[str]) -> dict:
             refuse(f"{flag.split('=')[0]} is set by the study for each run; leave it out")
     parser = build_parser()
     parser.error = refuse
-    args = parser.parse_args(flags)
-    return {name: value for name, value in vars(args).items() if name in Config.__dataclass_fields__}
+    return parse_command_line(flags, parser)[0]  # --config FILE's settings too: study.json records them
 
 
 def result_differences(a: dict, b: dict) -> list[str]:
