@@ -61,7 +61,8 @@ MACHINE = {"threads", "cpu_kernels", "device", "deterministic", "compile", "para
 # Settings proven by tests of their own: they need others to act, or what they change is not weights.
 ELSEWHERE = {"nonfinite": "tests/test_nonfinite.py", "tensorboard": "tests/test_tracking.py",
              "persistent_workers": "tests/test_invariance.py", "prefetch_factor": "tests/test_invariance.py",
-             "world_size": "tests/test_distributed.py (torchrun sets it)"}
+             "world_size": "tests/test_distributed.py (torchrun sets it)",
+             "init_from": "tests/test_train.py (it needs a file of weights to start from)"}
 
 
 def another_value(setting: dataclasses.Field):

@@ -289,3 +289,69 @@ def test_without_out_a_run_goes_to_runs_seed_n_for_the_seed_typed(tmp_path, monk
     assert main([*FAST, "--epochs", "1", "--seed", str(seed)]) == 0  # in this process
     assert [path.name for path in (tmp_path / "runs").iterdir()] == [f"seed{seed}"]
     assert (tmp_path / "runs" / f"seed{seed}" / "summary.json").is_file()
+
+
+def saved_initial_weights(path, seed: int = 123) -> dict:
+    """The task's model built from another seed, saved to `path` as a model.pt is: weights that no
+    run here starts from by itself."""
+    torch.manual_seed(seed)
+    config = Config(**settings().to_dict())
+    train_set, _ = task.make_datasets(config)
+    weights = task.make_model(config, train_set).state_dict()
+    torch.save(weights, path)
+    return weights
+
+
+def test_init_from_starts_the_run_from_the_files_weights_and_records_their_hash(tmp_path, monkeypatch):
+    """The weights the first step trains are those of the file, bit for bit (taken as train.py
+    hands the model to prepare_for_training, before any step); the control: without --init-from
+    they are the task's own. config.json records the file, absolute, and its weights_sha256."""
+    from {{ cookiecutter.project_slug }} import train
+
+    weights, seen = saved_initial_weights(tmp_path / "start.pt"), {}
+    prepare = train.prepare_for_training
+    monkeypatch.setattr(train, "prepare_for_training", lambda model, *rest: seen.setdefault(
+        len(seen), {name: tensor.clone() for name, tensor in model.state_dict().items()}) and prepare(model, *rest))
+    monkeypatch.chdir(tmp_path)  # the file given relative to the working folder, as a user types it
+    assert main(["--out", "from_file", *FAST, "--epochs", "1", "--init-from", "start.pt"]) == 0
+    assert main(["--out", "own", *FAST, "--epochs", "1"]) == 0
+    started, own = seen[0], seen[1]
+    assert started.keys() == weights.keys() and all(torch.equal(started[name], weights[name]) for name in weights)
+    assert not all(torch.equal(own[name], weights[name]) for name in weights)
+    config = read_run(tmp_path / "from_file").config
+    assert config["init_from"] == str(tmp_path / "start.pt")
+    assert config["init_from_sha256"] == state_dict_sha256(weights)
+    assert read_run(tmp_path / "own").config["init_from"] == "none"
+
+
+def test_a_run_started_from_a_file_resumes_without_it_to_the_weights_of_one_never_stopped(tmp_path):
+    """Its checkpoints hold the model: the file is read only as the run starts."""
+    saved_initial_weights(tmp_path / "start.pt")
+    flags = [*FAST, "--init-from", str(tmp_path / "start.pt")]
+    assert main(["--out", str(tmp_path / "whole"), *flags]) == 0
+    assert main(["--out", str(tmp_path / "stopped"), *flags, "--stop-after-steps", "3"]) == 0
+    (tmp_path / "start.pt").unlink()
+    assert main(["--out", str(tmp_path / "stopped"), "--resume"]) == 0
+    whole, resumed = read_run(tmp_path / "whole"), read_run(tmp_path / "stopped")
+    assert resumed.weights == whole.weights and resumed.metrics == whole.metrics
+
+
+def one_tensor_fewer(path) -> None:
+    weights = saved_initial_weights(path)
+    torch.save(dict(list(weights.items())[1:]), path)
+
+
+@pytest.mark.parametrize("make, says", [
+    (None, "cannot be loaded"),
+    (one_tensor_fewer, "does not fit the model task.py makes"),
+    (lambda path: path.write_text("{}"), "cannot be loaded: not a checkpoint file"),
+], ids=["missing", "weights of another model", "not weights"])
+def test_init_from_a_file_without_weights_that_fit_is_one_line_and_exit_2_writing_no_file(make, says, tmp_path,
+                                                                                            capsys):
+    if make is not None:
+        make(tmp_path / "start.pt")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out", str(tmp_path / "never"), *FAST, "--init-from", str(tmp_path / "start.pt")])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and "--init-from" in line and says in line, line
+    assert not list((tmp_path / "never").glob("*")) if (tmp_path / "never").exists() else True

@@ -75,6 +75,14 @@ def run_folder(text: str) -> Path:
     return Path(text)
 
 
+def weights_file(text: str) -> str:
+    """--init-from: none, or a file's path, recorded absolute so that verify finds it from any folder
+    (whether it holds weights that fit is checked as the run starts: plan.init_weights_problem)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: give a model.pt, best.pt or checkpoint file, or none")
+    return text if text == "none" else str(Path(text).expanduser().absolute())
+
+
 def best_figure(text: str) -> str:
     """--keep-best: off, or min:NAME or max:NAME, NAME one of the task's figures (checked once the
     task is built: plan.keep_best_problem)."""
@@ -136,6 +144,12 @@ class Config:
                              "that step, naming it and its samples; its checkpoints from before stand) or skip (the "
                              "step is not taken, as fp16's GradScaler skips an overflow; costs a wait for the device "
                              "each step)", choices=NONFINITE, effect="failure")
+    init_from: str = setting("none", "start from the weights in this file, a run's model.pt, best.pt or a checkpoint "
+                             "(checkpoints/step-N.pt), instead of the task's initial ones; the optimizer and "
+                             "the schedule start afresh (fine-tuning). Recorded with the file's weights_sha256",
+                             weights_file)
+    init_from_sha256: str = setting("", "the weights_sha256 of --init-from's weights, recorded as the run starts",
+                                    effect="fixed")
     # The example model's size; a task of your own may read them too.
     width: int = setting(16, "the model's width (the example: channels of its first convolution)", integer(1))
     dropout: float = setting(0.25, "dropout probability", number(0, 1, low_inclusive=True))

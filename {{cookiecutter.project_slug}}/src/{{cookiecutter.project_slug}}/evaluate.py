@@ -84,6 +84,7 @@ def evaluate_run(run: Run, weights_path: Path, split: str, device_name: str | No
     was evaluated. ValueError, in one line, for what cannot be evaluated."""
     from . import task  # imported here: torch, after the relaunch, and never for a bad RUN_DIR
     from .config import Config
+    from .engine.checkpoint import read_model_weights
     from .train import evaluate, first, make_loaders
     from .utils.device import select_device
     from .utils.repro import configure_determinism, seed_everything, set_thread_count, state_dict_sha256
@@ -94,7 +95,7 @@ def evaluate_run(run: Run, weights_path: Path, split: str, device_name: str | No
         raise ValueError(f"{run.path / 'config.json'}: {error}") from None
     if split == "test" and not hasattr(task, "make_test_set"):
         raise ValueError("--split test: task.py has no make_test_set(config), the function that returns the test split")
-    state, step = load_weights(weights_path)
+    state, step = read_model_weights(weights_path)
     digest = state_dict_sha256(state)
     saved_by_run = weights_path.resolve() == (run.path / "model.pt").resolve()
     if saved_by_run and run.weights not in (None, digest):
@@ -127,28 +128,6 @@ def evaluate_run(run: Run, weights_path: Path, split: str, device_name: str | No
     return {"run": str(run.path), "weights": str(weights_path), "weights_sha256": digest, "step": step,
             "split": split, "samples": len(loader.dataset), "device": str(device),
             "python_hash_seed": os.environ.get("PYTHONHASHSEED"), "figures": figures, "note": note}
-
-
-def load_weights(path: Path) -> tuple[dict, int | None]:
-    """(the model's state_dict, the step it was saved at or None) from a model.pt or a checkpoint
-    file; loaded with weights_only=True, so a file that holds code is refused, not run."""
-    import torch
-
-    from .engine.checkpoint import read_checkpoint
-
-    try:
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # a truncated archive, another format, an object that would run code
-        checkpoint, problem = read_checkpoint(path)  # says which, in a few words
-        raise ValueError(f"{path} cannot be loaded: {problem or 'not a model.pt or a checkpoint'}") from None
-    if isinstance(loaded, dict) and "format_version" in loaded:  # a checkpoint: its model's part
-        checkpoint, problem = read_checkpoint(path)
-        if checkpoint is None:
-            raise ValueError(f"{path} cannot be loaded: {problem}")
-        return checkpoint["model"], checkpoint["step"]
-    if not (isinstance(loaded, dict) and loaded and all(isinstance(value, torch.Tensor) for value in loaded.values())):
-        raise ValueError(f"{path} holds no state_dict (a mapping of names to tensors)")
-    return loaded, None
 
 
 if __name__ == "__main__":

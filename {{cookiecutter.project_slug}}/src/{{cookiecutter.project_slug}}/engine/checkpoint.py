@@ -114,6 +114,28 @@ def read_checkpoint(path: Path) -> tuple[dict | None, str | None]:
     return state, None
 
 
+def read_model_weights(path: Path) -> tuple[dict[str, torch.Tensor], int | None]:
+    """(a model's state_dict, the step it was saved at or None) from a model.pt, a best.pt or a
+    checkpoint file; loaded with weights_only=True, so a file that holds code is refused, not run.
+    ValueError, in one line, for a file that holds no model's weights."""
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder (a sharded checkpoint of --parallel fsdp?): give the run's model.pt, "
+                         "which holds the whole model")
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # missing, a truncated archive, another format, an object that would run code
+        _, problem = read_checkpoint(path)  # says which, in a few words
+        raise ValueError(f"{path} cannot be loaded: {problem or 'not a model.pt or a checkpoint'}") from None
+    if isinstance(loaded, dict) and "format_version" in loaded:  # a checkpoint: its model's part
+        checkpoint, problem = read_checkpoint(path)
+        if checkpoint is None:
+            raise ValueError(f"{path} cannot be loaded: {problem}")
+        return checkpoint["model"], checkpoint["step"]
+    if not (isinstance(loaded, dict) and loaded and all(isinstance(value, torch.Tensor) for value in loaded.values())):
+        raise ValueError(f"{path} holds no state_dict (a mapping of names to tensors)")
+    return loaded, None
+
+
 def sharded_checkpoint_path(folder: Path, step: int) -> Path:
     return folder / f"step-{step:08d}"
 

@@ -17,12 +17,14 @@ import torch
 from .. import DEFAULT_SEED
 from ..config import Config, parse_command_line, resume_config
 from ..utils.device import select_device
+from ..utils.repro import state_dict_sha256
 from . import distributed
 from .checkpoint import (
     checkpoint_paths,
     intact_checkpoints,
     load_latest_checkpoint,
     read_checkpoint,
+    read_model_weights,
     read_sharded_checkpoint,
 )
 from .cli import PACKAGE, prog
@@ -77,6 +79,7 @@ def plan_run(argv: list[str] | None) -> Plan | None:
     else:
         config = Config(**typed, world_size=world_size)
         refuse_if(out_dir_refusal(out, args.overwrite))
+        config = replace(config, init_from_sha256=init_weights_sha256(config.init_from))  # that file's, now
     refuse_if(parallel_problem(config) or config.problem() or tracking_problem(config)
               or cpu_kernels_problem(config.cpu_kernels))
     if config.threads > available_cpus():
@@ -106,6 +109,31 @@ def length_problem(config: Config, train_samples: int, steps: int) -> str | None
     if config.warmup_steps > steps:
         return (f"--warmup-steps {config.warmup_steps} is longer than the run's {steps} optimizer steps: the "
                 "learning rate would never reach --lr; lower --warmup-steps, or train for longer")
+    return None
+
+
+def init_weights_sha256(init_from: str) -> str:
+    """--init-from's weights_sha256 ("" for none); one line and exit 2 for a file that holds no weights."""
+    if init_from == "none":
+        return ""
+    try:
+        weights, _ = read_model_weights(Path(init_from))
+    except ValueError as error:
+        refuse(f"--init-from: {error}")
+    return state_dict_sha256(weights)
+
+
+def init_weights_problem(model: torch.nn.Module, config: Config) -> str | None:
+    """Loads --init-from's weights into `model`, built by task.py; why they do not fit, or None.
+    A file that changed since the run started (its recorded sha256) is refused too."""
+    weights, _ = read_model_weights(Path(config.init_from))
+    if state_dict_sha256(weights) != config.init_from_sha256:
+        return f"--init-from {config.init_from} changed while the run started: its weights are not those recorded"
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as error:
+        first_line = str(error).strip().splitlines()[0].rstrip(":")
+        return f"--init-from {config.init_from} does not fit the model task.py makes ({first_line})"
     return None
 
 
