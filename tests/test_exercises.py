@@ -215,6 +215,33 @@ def test_every_patch_applies_to_a_project_baked_with_other_options(scope, cookie
             assert check.returncode == 0, f"{exercise}: {check.stderr}"
 
 
+def test_the_readmes_commands_apply_and_undo_a_patch_in_a_project_inside_a_course_repository(projects, tmp_path):
+    """As a teacher hands it out: the project is one folder of a larger repository. The commands of
+    exercises/README.md, run in bash from the project's folder (all but pytest), must change the
+    file the patch names, and undo it. The control: a plain `git apply` there exits 0 and changes
+    nothing, which is why the README's commands carry --directory."""
+    import shutil
+
+    course = tmp_path / "course"
+    project = shutil.copytree(projects["teaching"], course / "week-3" / "my_project",
+                              ignore=shutil.ignore_patterns(".git"))
+    make_committed_repository(course)
+    block = (project / "exercises" / "README.md").read_text(encoding="utf-8").split("```bash\n")[1].split("```")[0]
+    commands = [line.split("  #")[0].strip() for line in block.splitlines()]
+    apply_lines, undo = [c for c in commands if c != "pytest"][:-1], commands[-1]
+    assert undo.startswith("git apply") and " -R " in undo, commands
+    patch = "exercises/01-seed-only-torch/break.patch"
+    plain = subprocess.run(["git", "apply", patch], cwd=project, capture_output=True, text=True)
+    assert plain.returncode == 0 and unchanged(course), "the trap the README guards against is gone"
+    done = subprocess.run(["bash", "-ec", "\n".join(apply_lines)], cwd=project, capture_output=True, text=True)
+    assert done.returncode == 0 and not unchanged(course), done.stderr
+    changed = git(course, "diff", "--name-only").stdout.split()
+    assert changed == [f"week-3/my_project/src/{project.name}/utils/repro.py"], changed
+    undone = subprocess.run(["bash", "-ec", "\n".join([apply_lines[0], undo])], cwd=project, capture_output=True,
+                            text=True)
+    assert undone.returncode == 0 and unchanged(course), undone.stderr
+
+
 @pytest.mark.parametrize("scope", breaks.SCOPES)
 def test_every_test_and_exercise_the_proof_matrix_names_exists(scope, projects):
     project = projects[scope]
