@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -278,6 +280,19 @@ def test_each_epoch_prints_its_mean_training_loss_and_the_validation_figures_whe
     assert all(f"val_{name} " in printed[0] for name in runs["seed7"].metric_names)
     never = runs["seed7_workers3_eval_never"].path.with_suffix(".out").read_text().splitlines()
     assert "train_loss" in never[0] and "val_loss" not in never[0]  # no evaluation after epoch 1
+
+
+def test_each_epoch_line_gives_its_pace_and_the_two_figures_count_the_epochs_samples(runs):
+    """samples/s x ms/step x steps is the epoch's training samples (to the printed digits): each
+    sample counted once, whatever the batches; the timings are printed, never recorded."""
+    run = runs["seed7"]
+    samples = min(len(task.make_datasets(Config(**run.config))[0]), run.config["max_samples"] or 10**12)
+    for line in run.path.with_suffix(".out").read_text().splitlines()[:2]:
+        match = re.search(r"  step (\d+) .*  ([\d.]+) samples/s  ([\d.]+) ms/step", line)
+        assert match, line
+        steps = int(match[1]) - (int(match[1]) // 2 if line.startswith("epoch 2/") else 0)
+        assert float(match[2]) * float(match[3]) / 1000 * steps == pytest.approx(samples, rel=0.02), line
+    assert "samples/s" not in (run.path / "metrics.csv").read_text() + (run.path / "summary.json").read_text()
 
 
 def test_without_out_a_run_goes_to_runs_seed_n_for_the_seed_typed(tmp_path, monkeypatch):
