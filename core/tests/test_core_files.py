@@ -23,7 +23,15 @@ from typing import BinaryIO
 import pytest
 from core_helpers import PYTHON
 from repro_core.engine.files import atomic_write, file_place_problem, write_json
-from repro_core.engine.run_folder import MetricsLog, beats, clear_leftovers, lock_folder, unlock_folder
+from repro_core.engine.run_folder import (
+    MetricsLog,
+    beats,
+    clear_leftovers,
+    lock_folder,
+    make_out_dir,
+    remove_if_made_empty,
+    unlock_folder,
+)
 from repro_core.engine.runs import RunError, read_run
 
 
@@ -179,6 +187,20 @@ def test_a_metrics_column_holds_the_rows_before_a_step_including_those_not_yet_f
         assert log.column("val", "loss", before_step=9) == [1.5, 1.25]
     # The control: a rank that does not write reads nothing (rank 0 decides for all).
     assert MetricsLog(tmp_path / "metrics.csv", ("loss",), rows=3, writes=False).column("val", "loss", 9) == []
+
+
+def test_a_refused_run_removes_the_folders_it_made_and_nothing_else(tmp_path: Path) -> None:
+    assert make_out_dir(tmp_path / "a" / "b" / "run") is None
+    remove_if_made_empty()
+    assert list(tmp_path.iterdir()) == []  # from the first folder it had to make on
+    (tmp_path / "kept").mkdir()
+    assert make_out_dir(tmp_path / "kept" / "run") is None
+    (tmp_path / "kept" / "run" / "error.log").write_text("what a failure leaves\n")
+    remove_if_made_empty()
+    assert (tmp_path / "kept" / "run" / "error.log").exists()  # a folder that holds a file stays
+    assert make_out_dir(tmp_path / "kept") is None  # made by someone else: never removed
+    remove_if_made_empty()
+    assert (tmp_path / "kept").is_dir()
 
 
 def test_write_json_round_trips_floats_exactly(tmp_path: Path) -> None:

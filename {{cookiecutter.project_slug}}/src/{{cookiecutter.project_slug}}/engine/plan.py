@@ -30,7 +30,15 @@ from .checkpoint import (
 from .cli import PACKAGE, prog
 from .cli import refuse as refuse_with
 from .precision import compile_problem, precision_problem
-from .run_folder import ERROR_LOG, lock_folder, make_out_dir, name_problem, out_dir_refusal, unlock_folder
+from .run_folder import (
+    ERROR_LOG,
+    lock_folder,
+    make_out_dir,
+    name_problem,
+    out_dir_refusal,
+    remove_if_made_empty,
+    unlock_folder,
+)
 from .runs import RunError, read_json
 from .startup import PORTABLE_CPU_KERNELS, missing_from_environment, portable_problem
 from .tracking import tracking_problem
@@ -266,8 +274,10 @@ def resume_config_or_refuse(out: Path, typed: dict, world_size: int) -> tuple[Co
 
 
 def refuse(message: str) -> NoReturn:
-    """One line on stderr and exit 2, like argparse's own errors; the run folder is left to others."""
+    """One line on stderr and exit 2, like argparse's own errors; the run folder is left to others,
+    and one this command made and wrote nothing into is removed."""
     unlock_folder()
+    remove_if_made_empty()
     refuse_with("train", message)
 
 

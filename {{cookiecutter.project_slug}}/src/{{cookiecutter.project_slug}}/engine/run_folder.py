@@ -72,15 +72,32 @@ def name_problem(out: Path) -> str | None:
     return None
 
 
+_made_here: list[Path] = []  # the first folder on the way to --out that make_out_dir created, if any
+
+
 def make_out_dir(out: Path) -> str | None:
     """Creates `out` and checks that a file can be written there (os.access says yes for root even
-    in /proc); the reason as one line if not. Touches no run file."""
+    in /proc); the reason as one line if not. Touches no run file. Notes the first folder it had
+    to create, for remove_if_made_empty."""
+    made = next((folder for folder in (*reversed(out.absolute().parents), out.absolute()) if not folder.exists()),
+                None)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         return f"--out {out}: cannot write there ({unwritable_reason(out, error)})"
+    if made is not None:
+        _made_here.append(made)
     problem = write_problem(out)
     return f"--out {out}: cannot write there ({problem})" if problem else None
+
+
+def remove_if_made_empty() -> None:
+    """Removes the folders make_out_dir created for a run that was then refused before it wrote a
+    file: a refusal leaves the disk as it found it. A folder that holds a file stays."""
+    while _made_here:
+        made = _made_here.pop()
+        if made.is_dir() and not any(path.is_file() or path.is_symlink() for path in made.rglob("*")):
+            shutil.rmtree(made, ignore_errors=True)
 
 
 def clear_run_files(out: Path) -> None:
