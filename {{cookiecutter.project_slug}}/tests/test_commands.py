@@ -203,3 +203,23 @@ def test_on_a_system_that_is_not_posix_the_commands_that_train_refuse_in_one_lin
         assert "flock" in lines[0] and "WSL" in lines[0]
     else:
         assert run_command(command, lambda: ran.append(command) or 0) == 0 and ran == [command]
+
+
+def test_a_reader_that_stops_early_ends_a_command_quietly_without_a_traceback(runs, tmp_path):
+    """`compare a b | head -1`: once the reader has gone, the command's next write fails (EPIPE).
+    That is the reader's choice, not an error: exit 141 (128 + SIGPIPE, as `ls | head` gives),
+    nothing on stderr. Here the reader is gone before the command writes at all."""
+    import os
+    import subprocess
+
+    from conftest import python_env
+
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        done = subprocess.run([sys.executable, "-m", f"{PACKAGE}.compare", str(runs["seed7"].path),
+                               str(runs["seed8"].path)], stdout=writer, stderr=subprocess.PIPE, text=True,
+                              env=python_env(), timeout=600)
+    finally:
+        os.close(writer)
+    assert done.returncode == 141 and done.stderr == "", done.stderr[-2000:]

@@ -8,6 +8,7 @@ traceback, never the usage block.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -72,10 +73,15 @@ def run_command(command: str, main: Callable[[], int]) -> int:
     if problem is not None:
         refuse(command, problem)
     try:
-        return main()
+        code = main()
+        sys.stdout.flush()  # a reader that stopped early (`| head`) shows here, not as Python exits
+        return code
     except KeyboardInterrupt:
         print(f"\n{prog(command)}: interrupted (Ctrl-C)", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the output's reader stopped early: its choice, not an error to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to write, at exit either
+        return 141  # 128 + SIGPIPE, as a shell reports a writer whose reader left
 
 
 def make_parser(command: str, description: str) -> argparse.ArgumentParser:
