@@ -47,3 +47,27 @@ def test_tensorboard_without_the_package_gets_one_line_and_exit_2(tmp_path, caps
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--tensorboard needs the tensorboard package" in err[0]
+
+
+def test_the_tasks_own_trackers_get_every_row_of_metrics_csv_and_change_no_weight(tmp_path, monkeypatch):
+    """task.py's optional trackers(config, out) returns functions that take each metrics row, on
+    rank 0, as W&B's or MLflow's log would (docs/studies.md): they get every row, train and val,
+    with the exact figures of metrics.csv, and the run's weights are those of one without them."""
+    from {{ cookiecutter.project_slug }} import task
+    from {{ cookiecutter.project_slug }}.engine.runs import read_run
+    from {{ cookiecutter.project_slug }}.train import main
+
+    from conftest import FAST
+
+    seen, opened = [], []
+    monkeypatch.setattr(task, "trackers", lambda config, out: opened.append((config.seed, out)) or [seen.append],
+                        raising=False)
+    assert main(["--out", str(tmp_path / "tracked"), *FAST, "--seed", "7"]) == 0
+    run = read_run(tmp_path / "tracked")
+    assert opened == [(7, tmp_path / "tracked")]
+    assert [(row["step"], row["split"]) for row in seen] == [(int(row["step"]), row["split"]) for row in run.metrics]
+    assert all(repr(float(row[name])) == recorded[name] for row, recorded in zip(seen, run.metrics, strict=True)
+               for name in run.metric_names)
+    monkeypatch.delattr(task, "trackers")
+    assert main(["--out", str(tmp_path / "untracked"), *FAST, "--seed", "7"]) == 0  # in this process: its hash seed
+    assert run.weights == read_run(tmp_path / "untracked").weights  # the control: tracked or not, one result

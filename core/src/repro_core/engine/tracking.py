@@ -2,11 +2,9 @@
 
 A tracker is a function that takes one metrics row, a dict with epoch, step, split ("train" or
 "val"), loss and each metric the task names, after metrics.csv has it. Only rank 0 has trackers.
-To add one (wandb, MLflow, ...), write such a function and return it from `make_trackers`:
-
-    def to_wandb(row):  # after wandb.init(project=..., config=config.to_dict()) on rank 0
-        figures = {k: v for k, v in row.items() if k not in ("epoch", "step", "split")}
-        wandb.log({f"{row['split']}/{name}": value for name, value in figures.items()}, step=row["step"])
+This module makes the built-in one (--tensorboard); a project adds its own (W&B, MLflow, ...)
+without editing it: the generated project's task.py may define `trackers(config, out)`, which
+returns such functions (its docs/studies.md shows both).
 
 A tracker only reads the row: it must never draw random numbers or touch the model, so that
 tracking on and off give the same weights (tests/test_tracking.py proves it for TensorBoard).
