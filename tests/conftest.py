@@ -116,8 +116,9 @@ SUITE_TIMEOUT = 2400
 # whatever task.py holds and whatever the options those suites vary (the dataset, the names, the
 # language, the licence, the determinism default): the run folder's one-writer lock and the
 # processes that die with it, Ctrl-C in the commands and in loader workers, the hash-seed restart,
-# the package's layout, the one line for a task.py that imports a name that moved, and a portable
-# run's record read by verify (the task's own operations under the portable pins are fingerprinted
+# the package's layout, the one line for a task.py that imports a name that moved, the stop
+# signals (a study's Ctrl-C among them), study's reading of --config, a command whose reader
+# stops early, and a portable run's record read by verify (the task's own operations under the portable pins are fingerprinted
 # in every bake by test_fingerprint.py's other tests). core/tests tests their core mechanisms
 # directly too (the lock held, released and killed; the restart; Ctrl-C in loader workers). A
 # generated project's own `pytest` runs them all; this saves the template's CI minutes of one
@@ -132,6 +133,10 @@ SAME_IN_EVERY_BAKE = (
     "tests/test_task_contract.py::test_a_task_py_that_imports_what_is_not_there_gets_one_line_naming_where_it_is_now",
     "tests/test_fingerprint.py::test_a_portable_run_records_its_fingerprint_and_verify_where_the_machine_differs_"
     "names_the_operation",
+    "tests/test_stop_signals.py",
+    "tests/test_study.py::test_one_ctrl_c_in_a_terminal_stops_the_study_and_its_running_seed_with_a_checkpoint",
+    "tests/test_study.py::test_a_study_with_a_config_file_records_the_files_settings_and_gives_each_seed_its_own",
+    "tests/test_commands.py::test_a_reader_that_stops_early_ends_a_command_quietly_without_a_traceback",
 )
 NOT_SAME_IN_EVERY_BAKE = tuple(arg for test in SAME_IN_EVERY_BAKE for arg in ("--deselect", test))
 
