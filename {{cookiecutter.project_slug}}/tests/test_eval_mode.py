@@ -34,7 +34,9 @@ def test_evaluate_changes_no_parameter_and_no_buffer(model_and_loader):
     model, loader = model_and_loader
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     evaluate(model, loader, CPU)
-    assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
+    changed = [name for name, tensor in model.state_dict().items() if not torch.equal(before[name], tensor)]
+    assert not changed, (f"evaluate() changed {', '.join(changed)}: a forward pass in train mode updates what "
+                         "BatchNorm's running statistics hold (is model.eval() missing?)")
 
 
 @pytest.mark.skipif(not hasattr(task, "Net"), reason="about the example's model (BatchNorm), which task.py replaced")
