@@ -118,11 +118,11 @@ SUITE_TIMEOUT = 2400
 # processes that die with it, Ctrl-C in the commands and in loader workers, the hash-seed restart,
 # the package's layout, the one line for a task.py that imports a name that moved, the stop
 # signals (a study's Ctrl-C among them), study's reading of --config, a command whose reader
-# stops early, and a portable run's record read by verify (the task's own operations under the portable pins are fingerprinted
-# in every bake by test_fingerprint.py's other tests). core/tests tests their core mechanisms
-# directly too (the lock held, released and killed; the restart; Ctrl-C in loader workers). A
-# generated project's own `pytest` runs them all; this saves the template's CI minutes of one
-# core's time per suite that leaves them out.
+# stops early, and a portable run's record read by verify (the task's own operations under the
+# portable pins are fingerprinted in every bake by test_fingerprint.py's other tests).
+# core/tests tests their core mechanisms directly too (the lock held, released and killed; the
+# restart; Ctrl-C in loader workers). A generated project's own `pytest` runs them all; this saves
+# the template's CI minutes of one core's time per suite that leaves them out.
 SAME_IN_EVERY_BAKE = (
     "tests/test_one_writer.py",
     "tests/test_ctrl_c.py",

@@ -84,7 +84,7 @@ def test_a_run_killed_mid_epoch_and_resumed_ends_as_the_run_that_never_stopped(t
     finish(never_stopped, tmp_path, "reference")
     # Every row, every digit; a row that differs is named, with the step where the two runs part.
     resumed_rows, reference_rows = ((run / "metrics.csv").read_text().splitlines() for run in (killed, reference))
-    parted = next((line for line, (a, b) in enumerate(zip(resumed_rows, reference_rows)) if a != b), None)
+    parted = next((line for line, (a, b) in enumerate(zip(resumed_rows, reference_rows, strict=False)) if a != b), None)
     assert parted is None, (f"the resumed run parts from the one that never stopped at metrics.csv line {parted + 1} "
                             f"(epoch,step,...): resumed {resumed_rows[parted]!r}, never stopped "
                             f"{reference_rows[parted]!r}; it was killed after step {hold_at}")
