@@ -118,7 +118,7 @@ def evaluate_run(run: Run, weights_path: Path, split: str, device_name: str | No
     except RuntimeError as error:
         first_line = str(error).strip().splitlines()[0]
         raise ValueError(f"{weights_path} does not fit the model task.py makes ({first_line.rstrip(':')})") from None
-    dataset = {"val": val_set, "train": train_set}.get(split) or task.make_test_set(config)
+    dataset = val_set if split == "val" else train_set if split == "train" else task.make_test_set(config)
     # One process, the run's batches: the loader of its validation split (in order, no drop), over `dataset`.
     dataset = first(dataset, config.max_samples)  # the run's --max-samples, as it trained and evaluated
     loader = make_loaders(dataset, dataset, replace(config, world_size=1))[1]

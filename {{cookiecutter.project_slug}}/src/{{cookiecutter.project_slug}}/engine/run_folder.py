@@ -79,14 +79,21 @@ def make_out_dir(out: Path) -> str | None:
     """Creates `out` and checks that a file can be written there (os.access says yes for root even
     in /proc); the reason as one line if not. Touches no run file. Notes the first folder it had
     to create, for remove_if_made_empty."""
-    made = next((folder for folder in (*reversed(out.absolute().parents), out.absolute()) if not folder.exists()),
-                None)
+    made = None
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        for folder in (*reversed(out.absolute().parents), out.absolute()):
+            try:
+                folder.mkdir()  # one level at a time: a folder another process made at once is not ours
+            except FileExistsError:
+                continue
+            made = made or folder
     except OSError as error:
         return f"--out {out}: cannot write there ({unwritable_reason(out, error)})"
-    if made is not None:
-        _made_here.append(made)
+    finally:
+        if made is not None:
+            _made_here.append(made)
+    if not out.is_dir():
+        return f"--out {out}: {out} exists and is not a folder"
     problem = write_problem(out)
     return f"--out {out}: cannot write there ({problem})" if problem else None
 
