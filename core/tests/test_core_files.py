@@ -18,9 +18,11 @@ import subprocess
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import BinaryIO
 
 import pytest
+import torch
 from core_helpers import PYTHON
 from repro_core.engine.files import atomic_write, file_place_problem, write_json
 from repro_core.engine.run_folder import (
@@ -31,8 +33,10 @@ from repro_core.engine.run_folder import (
     make_out_dir,
     remove_if_made_empty,
     unlock_folder,
+    write_result,
 )
 from repro_core.engine.runs import RunError, read_run
+from repro_core.utils.repro import state_dict_sha256
 
 
 def temporaries(target: Path) -> list[Path]:
@@ -325,3 +329,17 @@ def test_the_lock_of_a_killed_holder_is_released(tmp_path: Path) -> None:
     finally:
         holder.kill()  # SIGKILL: no cleanup of its own runs
     assert lock_folder(tmp_path) is None
+
+
+def test_the_result_records_the_runs_endings_beside_its_figures_and_the_weights_hash(tmp_path: Path) -> None:
+    """write_result: model.pt, then summary.json with the figures, the hash of model.pt's weights
+    (computed here from the file) and what the recipe adds (`endings`: an early stop, the best)."""
+    config = SimpleNamespace(seed=1, data_seed=2, world_size=1)
+    weights = {"w": torch.arange(3.0)}
+    endings = {"early_stop_step": 7, "best": {"step": 3}}
+    summary = write_result(tmp_path, config, torch.device("cpu"), weights, 7, 1.5, {"loss": 0.25}, "loss", endings)
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    assert summary["early_stop_step"] == 7 and summary["best"] == {"step": 3} and summary["val_loss"] == 0.25
+    assert summary["weights_sha256"] == state_dict_sha256(torch.load(tmp_path / "model.pt", weights_only=True))
+    plain = write_result(tmp_path, config, torch.device("cpu"), weights, 7, 1.5, {"loss": 0.25}, "loss")
+    assert "early_stop_step" not in plain and "best" not in plain  # the control: none unless given

@@ -194,6 +194,28 @@ def test_each_split_is_the_one_asked_for(finished_run, tmp_path, monkeypatch):
     assert on_test["figures"] == {name: finished_run.summary[f"val_{name}"] for name in finished_run.summary["metrics"]}
 
 
+def test_the_figures_go_into_the_run_folder_and_the_runs_record_stays_as_it_was(finished_run, tmp_path):
+    """Without --json: RUN_DIR/evaluations/SPLIT-WEIGHTS.json, one file per evaluation, every other
+    file of the run byte for byte as it was; a new run over the folder (--overwrite) removes them
+    with the earlier run's files, as they describe its weights."""
+    from {{ cookiecutter.project_slug }} import train
+
+    copy = tmp_path / "run"
+    shutil.copytree(finished_run.path, copy)
+    before = {path.relative_to(copy): path.read_bytes() for path in copy.rglob("*") if path.is_file()}
+    checkpoint = sorted((copy / "checkpoints").glob("step-*.pt"))[0]
+    assert evaluate_command.main([str(copy)]) == 0
+    assert evaluate_command.main([str(copy), "--split", "train", "--weights", str(checkpoint)]) == 0
+    after = {path.relative_to(copy): path.read_bytes() for path in copy.rglob("*") if path.is_file()}
+    assert {path: after[path] for path in before} == before
+    assert sorted(map(str, after.keys() - before.keys())) == ["evaluations/train-" + checkpoint.stem + ".json",
+                                                             "evaluations/val-model.json"]
+    on_val = json.loads((copy / "evaluations" / "val-model.json").read_text())
+    assert on_val["figures"] == {name: finished_run.summary[f"val_{name}"] for name in finished_run.summary["metrics"]}
+    assert train.main(["--out", str(copy), "--overwrite", *FAST, "--epochs", "1"]) == 0
+    assert not (copy / "evaluations").exists()
+
+
 def other_epochs_model(run: Run, copy) -> None:
     """`copy`'s model.pt replaced by the model of the run's first epoch's end."""
     checkpoint = torch.load(sorted((run.path / "checkpoints").glob("step-*.pt"))[0], weights_only=True)

@@ -62,7 +62,8 @@ MACHINE = {"threads", "cpu_kernels", "device", "deterministic", "compile", "para
 ELSEWHERE = {"nonfinite": "tests/test_nonfinite.py", "tensorboard": "tests/test_tracking.py",
              "persistent_workers": "tests/test_invariance.py", "prefetch_factor": "tests/test_invariance.py",
              "world_size": "tests/test_distributed.py (torchrun sets it)",
-             "init_from": "tests/test_train.py (it needs a file of weights to start from)"}
+             "init_from": "tests/test_train.py (it needs a file of weights to start from)",
+             "early_stop": "tests/test_steps.py (it needs --keep-best and evaluations that stop improving)"}
 
 
 def another_value(setting: dataclasses.Field):

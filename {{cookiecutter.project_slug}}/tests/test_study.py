@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from {{ cookiecutter.project_slug }} import compare, study, task
 from {{ cookiecutter.project_slug }}.config import EXECUTION_ONLY, build_parser
@@ -210,6 +211,29 @@ def test_one_ctrl_c_in_a_terminal_stops_the_study_and_its_running_seed_with_a_ch
     assert "again: exiting now" not in seed_log and "SIGINT: stopped after step 1," in seed_log, seed_log[-2000:]
     assert (out / "seed-0" / "checkpoints" / "step-00000001.pt").exists()
     assert "Traceback" not in process.stderr + seed_log
+
+
+def test_with_early_stop_the_watched_figure_is_a_result_setting_of_the_study(tmp_path, capsys):
+    """--keep-best is an execution setting (a study goes on under another), but with --early-stop it
+    decides where each run ends: then the study refuses to go on under another."""
+    shared = {**study_with_one_setting_changed(tmp_path, "keep_best")[0], "keep_best": "min:loss", "early_stop": 2}
+    (tmp_path / "study.json").write_text(json.dumps({"config": shared, "seeds": [0], "runs": None}))
+    with pytest.raises(SystemExit) as exit_info:
+        study.check_study_folder(tmp_path, {**shared, "keep_best": "max:loss"})
+    assert exit_info.value.code == 2 and "keep_best: 'min:loss' -> 'max:loss'" in capsys.readouterr().err
+    assert study.check_study_folder(tmp_path, {**shared, "log_every": 7})["config"] == shared  # the control
+
+
+def test_a_study_from_given_weights_records_their_hash_as_each_run_does(tmp_path):
+    """study.json's shared settings hold --init-from's weights_sha256, as train's plan computes it
+    for each seed's config.json (a study recorded "" before, and each run the hash)."""
+    from {{ cookiecutter.project_slug }}.engine.plan import init_weights_sha256
+
+    train_set, _ = task.make_datasets(study.Config())
+    torch.save(task.make_model(study.Config(), train_set).state_dict(), tmp_path / "start.pt")
+    config = study.Config(init_from=str(tmp_path / "start.pt"))
+    assert study.shared_settings(config)["init_from_sha256"] == init_weights_sha256(config.init_from) != ""
+    assert study.shared_settings(study.Config())["init_from_sha256"] == ""
 
 
 def test_a_study_with_a_config_file_records_the_files_settings_and_gives_each_seed_its_own(tmp_path):

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+import re
+from pathlib import Path
+
 import pytest
 
-from conftest import TENSORBOARD
+from conftest import FAST, TENSORBOARD
 
 needs_tensorboard = pytest.mark.skipif(not TENSORBOARD, reason="tensorboard is not installed: it is an optional "
                                        "extra (pip install -e '.[tensorboard]'), which the CI workflow installs")
@@ -71,3 +75,56 @@ def test_the_tasks_own_trackers_get_every_row_of_metrics_csv_and_change_no_weigh
     monkeypatch.delattr(task, "trackers")
     assert main(["--out", str(tmp_path / "untracked"), *FAST, "--seed", "7"]) == 0  # in this process: its hash seed
     assert run.weights == read_run(tmp_path / "untracked").weights  # the control: tracked or not, one result
+
+
+def trackers_of_the_docs(package: str):
+    """The trackers(config, out) that docs/studies.md gives for `package` (wandb or mlflow), run
+    from the docs' own text: the example a user copies is the one tested."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "studies.md").read_text(encoding="utf-8")
+    code = next(block for block in re.findall(r"```python\n(.*?)```", text, re.S)
+                if block.startswith("def trackers(") and f"    import {package}\n" in block)
+    namespace: dict = {}
+    exec(code, namespace)
+    return namespace["trackers"]
+
+
+@pytest.mark.parametrize("package", ["wandb", "mlflow"])
+def test_each_trackers_example_logs_the_rows_of_metrics_csv_and_changes_no_weight(package, tmp_path, monkeypatch):
+    """W&B offline and MLflow with a sqlite store, as docs/studies.md sets them up in task.py: the
+    run's weights and metrics.csv are those of a run without them; MLflow, read back, holds each
+    training loss of metrics.csv at its step (W&B's offline files are its own format: its run
+    folder is there)."""
+    if importlib.util.find_spec(package) is None:
+        pytest.skip(f"{package} is not installed: an optional extra (pip install -e '.[{package}]')")
+    from {{ cookiecutter.project_slug }} import task
+    from {{ cookiecutter.project_slug }}.engine.runs import read_run
+    from {{ cookiecutter.project_slug }}.train import main
+
+    monkeypatch.chdir(tmp_path)  # a tracker that wrote into the working folder would show below
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setattr(task, "trackers", trackers_of_the_docs(package), raising=False)
+    try:
+        assert main(["--out", str(tmp_path / "tracked"), *FAST]) == 0
+    finally:  # what the process would do as it exits: the tracker's run ends
+        tracker = importlib.import_module(package)
+        if package == "wandb":
+            tracker.finish()
+        else:
+            tracker.end_run()
+    monkeypatch.delattr(task, "trackers")
+    assert main(["--out", str(tmp_path / "plain"), *FAST]) == 0
+    tracked, plain = read_run(tmp_path / "tracked"), read_run(tmp_path / "plain")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["plain", "tracked"]
+    assert tracked.weights == plain.weights and tracked.metrics == plain.metrics
+    if package == "wandb":
+        assert list((tmp_path / "tracked" / "wandb").glob("offline-run-*"))
+        return
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{(tmp_path / 'tracked' / 'mlflow.db').absolute()}")
+    experiments = [experiment.experiment_id for experiment in client.search_experiments()]
+    (run,) = client.search_runs(experiments)
+    logged = [(metric.step, metric.value) for metric in client.get_metric_history(run.info.run_id, "train/loss")]
+    train = [row for row in tracked.metrics if row["split"] == "train"]
+    assert sorted(logged) == [(int(row["step"]), float(row["loss"])) for row in train]

@@ -10,13 +10,14 @@ import torch
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
 from {{ cookiecutter.project_slug }}.engine import plan
-from {{ cookiecutter.project_slug }}.engine.plan import length_problem
+from {{ cookiecutter.project_slug }}.engine.cli import configure_logging, logger
+from {{ cookiecutter.project_slug }}.engine.plan import available_cpus, length_problem
 from {{ cookiecutter.project_slug }}.engine.runs import read_run
 from {{ cookiecutter.project_slug }}.train import evaluation_due, main
 from {{ cookiecutter.project_slug }}.utils.device import select_device
 from {{ cookiecutter.project_slug }}.utils.repro import state_dict_sha256
 
-from conftest import FAST, settings
+from conftest import FAST, settings, steps_per_epoch
 
 EXAMPLE_DATA = hasattr(task, "make_synthetic")  # the example's own data; a project with its own lacks it
 
@@ -148,7 +149,7 @@ def test_an_out_folder_that_holds_a_run_is_refused_and_left_intact(runs, capsys)
 def test_evaluation_runs_after_every_nth_epoch_and_after_the_last(epochs, every, due):
     """--eval-every N: after epochs N, 2N, ... (counted from 1) and always after the last; 0: the last only."""
     config = settings(epochs=epochs, eval_every=every)
-    assert [epoch for epoch in range(epochs) if evaluation_due(epoch, config)] == due
+    assert [epoch for epoch in range(epochs) if evaluation_due(epoch, epochs, config)] == due
 
 
 def test_overwrite_replaces_the_run_and_only_the_run(tmp_path):
@@ -370,3 +371,37 @@ def test_init_from_a_file_without_weights_that_fit_is_one_line_and_exit_2_writin
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and "--init-from" in line and says in line, line
     assert list(tmp_path.rglob("*")) == [tmp_path / "start.pt"] or make is None and list(tmp_path.rglob("*")) == []
+
+
+def test_log_level_chooses_what_a_run_prints_and_debug_names_each_checkpoint(tmp_path, capsys):
+    """debug: also a line per checkpoint, at the steps the test computes (every 4 of FAST's, and
+    each epoch's end); info: epochs and result; warning: only the warning (--threads above this
+    machine's CPUs gives one); error: nothing. The weights are the same whatever it prints."""
+    per_epoch, too_many = steps_per_epoch(), str(available_cpus() + 1)
+    printed = {}
+    for level in ("debug", "info", "warning", "error"):
+        assert main(["--out", str(tmp_path / level), *FAST, "--threads", too_many, "--log-level", level]) == 0
+        printed[level] = capsys.readouterr()
+    saved = sorted({step for step in range(1, 2 * per_epoch + 1) if step % 4 == 0} | {per_epoch, 2 * per_epoch})
+    lines = [line for line in printed["debug"].out.splitlines() if ": checkpoint -> " in line]
+    assert [int(line.split(":")[0].removeprefix("step ")) for line in lines] == saved
+    assert ": checkpoint -> " not in printed["info"].out and "epoch 2/2" in printed["info"].out
+    assert printed["info"].out.splitlines()[-1].startswith("weights_sha256 ")
+    warning = f"warning: --threads {too_many} is more than"
+    assert all(warning in printed[level].err for level in ("debug", "info", "warning"))
+    assert printed["warning"].out == "" and printed["error"].out == printed["error"].err == ""
+    weights = {read_run(tmp_path / level).weights for level in printed}
+    assert len(weights) == 1
+
+
+def test_under_torchrun_rank_0_prints_for_all_and_every_rank_prints_its_errors(monkeypatch, capsys):
+    configure_logging("info")
+    monkeypatch.setenv("RANK", "1")
+    logger.info("progress")
+    logger.warning("warning: a note")
+    logger.error("broken")
+    assert capsys.readouterr() == ("", "broken\n")
+    monkeypatch.setenv("RANK", "0")
+    logger.info("progress")
+    logger.warning("warning: a note")
+    assert capsys.readouterr() == ("progress\n", "warning: a note\n")

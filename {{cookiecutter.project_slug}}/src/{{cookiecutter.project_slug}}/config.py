@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import DEFAULT_SEED
-from .engine.cli import make_parser
+from .engine.cli import LOG_LEVELS, make_parser
 from .engine.precision import PRECISIONS
 from .engine.startup import CPU_KERNEL_MODES, read_settings_file
 from .utils.device import device_name
@@ -114,6 +114,9 @@ class Config:
                              "split; it stays put when --seed changes, so runs are scored on the same samples",
                              integer(0, MAX_SEED))
     epochs: int = setting(5, "passes over the training set", integer(1))
+    max_steps: int = setting(0, "the run's length in optimizer steps instead (nanoGPT's max_iters): it ends after N "
+                             "steps, its last epoch cut short where N falls, and the schedule spans the N steps; "
+                             "--epochs is then not used (0: --epochs whole epochs)", integer(0))
     batch_size: int = setting(64, "samples per optimizer step, over all processes and micro-batches (the global "
                               "batch); each process takes batch-size / (processes x accumulate) at a time",
                               integer(1))
@@ -156,6 +159,15 @@ class Config:
     # Evaluation: it never changes the trained weights.
     val_batch_size: int = setting(256, "samples per evaluation batch (each process)", integer(1), effect="evaluation")
     eval_every: int = setting(1, "evaluate every K epochs (0: only at the end)", integer(0), effect="evaluation")
+    eval_every_steps: int = setting(0, "also evaluate every N optimizer steps, in the middle of epochs (nanoGPT's "
+                                    "eval_interval; 0: only where --eval-every says)", integer(0), effect="evaluation")
+    eval_batches: int = setting(0, "score every evaluation of the run on K x --val-batch-size samples of the "
+                                "validation split, the same ones each time, drawn by --data-seed (nanoGPT's "
+                                "eval_iters; 0: the whole split)", integer(0), effect="evaluation")
+    # Early stopping ends the run by what the evaluations say: with it, when and on what they score
+    # changes the weights (those settings are kept on --resume in any case).
+    early_stop: int = setting(0, "stop the run once PATIENCE evaluations in a row have not beaten the best one that "
+                              "--keep-best watches (0: never); summary.json records where it stopped", integer(0))
     # The machine.
     threads: int = setting(1, "CPU threads for torch's intra-op parallelism, at most " + str(MAX_THREADS) + "; "
                            "recorded because results can depend on it (not the machine's core count)",
@@ -192,11 +204,35 @@ class Config:
     log_every: int = setting(50, "read the steps' metrics back from the device every N steps (and at each "
                              "checkpoint): every step still gets its row in metrics.csv", integer(1),
                              effect="execution")
+    log_level: str = setting("info", "what the run prints: debug (also each checkpoint), info (each epoch and "
+                             "evaluation, the result), warning (only warnings and notes) or error (only errors, "
+                             "which are printed whatever this says)", choices=LOG_LEVELS, effect="execution")
 
     def problem(self) -> str | None:
         """A contradiction between settings, as one sentence, or None."""
         if self.num_workers == 0 and (self.persistent_workers or self.prefetch_factor is not None):
             return "--persistent-workers and --prefetch-factor need --num-workers above 0"
+        problem = self.schedule_problem()
+        if problem:
+            return problem
+        if self.beta2 != Config.beta2 and self.optimizer != "adamw":
+            return "--beta2 is AdamW's: add --optimizer adamw (SGD's one coefficient is --momentum)"
+        if self.parallel == "fsdp" and self.precision == "fp16":
+            return ("--precision fp16 needs a loss scale that all shards agree on, which this FSDP set-up does not "
+                    "have: use --precision bf16 (no loss scale needed) with --parallel fsdp")
+        if self.parallel == "fsdp" and self.compile:
+            return "--compile is not set up for --parallel fsdp here: leave out --compile, or use --parallel ddp"
+        if self.early_stop and self.keep_best == "off":
+            return ("--early-stop needs the figure it watches: add --keep-best min:NAME or max:NAME (min:loss, say); "
+                    "the run stops when that figure has not improved for --early-stop evaluations")
+        per_step = self.world_size * self.accumulate
+        if self.batch_size % per_step:
+            return (f"--batch-size {self.batch_size} is not a multiple of {self.world_size} process(es) x "
+                    f"{self.accumulate} micro-batch(es) per step, so they cannot share it equally")
+        return None
+
+    def schedule_problem(self) -> str | None:
+        """A contradiction in the learning rate's schedule, as one sentence, or None."""
         if self.warmup_steps and self.schedule == "one-cycle":
             return "--warmup-steps is for the cosine and constant schedules (one-cycle warms up by itself)"
         if (self.min_lr or self.decay_steps) and self.schedule != "cosine":
@@ -206,17 +242,6 @@ class Config:
         if self.decay_steps and self.decay_steps <= self.warmup_steps:
             return (f"--decay-steps {self.decay_steps} is not after --warmup-steps {self.warmup_steps}: the cosine "
                     "decays from the end of the warm-up to step --decay-steps")
-        if self.beta2 != Config.beta2 and self.optimizer != "adamw":
-            return "--beta2 is AdamW's: add --optimizer adamw (SGD's one coefficient is --momentum)"
-        if self.parallel == "fsdp" and self.precision == "fp16":
-            return ("--precision fp16 needs a loss scale that all shards agree on, which this FSDP set-up does not "
-                    "have: use --precision bf16 (no loss scale needed) with --parallel fsdp")
-        if self.parallel == "fsdp" and self.compile:
-            return "--compile is not set up for --parallel fsdp here: leave out --compile, or use --parallel ddp"
-        per_step = self.world_size * self.accumulate
-        if self.batch_size % per_step:
-            return (f"--batch-size {self.batch_size} is not a multiple of {self.world_size} process(es) x "
-                    f"{self.accumulate} micro-batch(es) per step, so they cannot share it equally")
         return None
 
     @property
@@ -338,9 +363,11 @@ def resume_config(recorded: Config, typed: dict, world_size: int) -> tuple[Confi
     Execution-only settings may change; untyped ones keep their recorded values. The world size
     may change too (a cluster hands back whatever is free): the config then holds this process's
     world size, and the run folder records the change (engine/world_sizes.py)."""
-    changes = {name: value for name, value in typed.items() if name in EXECUTION_ONLY}
+    # --early-stop ends the run by the figure --keep-best watches: then that decides the weights too.
+    free = [name for name in EXECUTION_ONLY if not (recorded.early_stop and name == "keep_best")]
+    changes = {name: value for name, value in typed.items() if name in free}
     differing = [f"{name} (recorded {getattr(recorded, name)!r}, given {value!r})"
-                 for name, value in typed.items() if name not in EXECUTION_ONLY and getattr(recorded, name) != value]
+                 for name, value in typed.items() if name not in free and getattr(recorded, name) != value]
     return Config(**{**recorded.to_dict(), **changes, "world_size": world_size}), differing
 
 

@@ -3,7 +3,7 @@
     python -m {{ cookiecutter.project_slug }}.evaluate runs/a                    # model.pt on the validation split
     python -m {{ cookiecutter.project_slug }}.evaluate runs/a --split train      # on the training split
     python -m {{ cookiecutter.project_slug }}.evaluate runs/a --weights runs/a/checkpoints/step-00000050.pt
-    python -m {{ cookiecutter.project_slug }}.evaluate runs/a --json figures.json   # the figures, exact, in a file
+    python -m {{ cookiecutter.project_slug }}.evaluate runs/a --json figures.json   # the figures in another file
 
 The data and the model are built as the run built them: from RUN_DIR/config.json and task.py, in
 a process started with the run's hash seed (and its CPU kernel pins under --cpu-kernels portable),
@@ -14,6 +14,10 @@ summary.json, and an epoch's last checkpoint those of the epoch's row in metrics
 test` evaluates on the split that task.py's optional `make_test_set(config)` returns. A mistake (a
 folder that is not a run, a model.pt that changed since the run, weights that do not fit the
 model): one line, exit 2.
+
+The figures, exactly, with what was evaluated, go into RUN_DIR/evaluations/SPLIT-WEIGHTS.json
+(evaluations/val-model.json, evaluations/test-best.json, ...), or to --json FILE: the run's own
+record (config.json, metrics.csv, summary.json) is never touched.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pathlib import Path
 from . import DEFAULT_SEED
 from .engine.cli import make_parser, run_command
 from .engine.files import file_place_problem, write_json
+from .engine.run_folder import EVALUATIONS
 from .engine.runs import Run, RunError, read_run
 from .engine.startup import relaunch_with_run_environment, started_as_module
 
@@ -43,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None,
                         help="evaluate on this device: auto, cpu, cuda, cuda:N or mps (default: the run's)")
     parser.add_argument("--json", type=Path, metavar="FILE", default=None,
-                        help="also write the figures, exactly, with what was evaluated, to FILE (default: none)")
+                        help="write the figures, exactly, with what was evaluated, to FILE (default: "
+                             f"RUN_DIR/{EVALUATIONS}/SPLIT-WEIGHTS.json, as {EVALUATIONS}/val-model.json)")
     args = parser.parse_args(argv)
     if args.json is not None and file_place_problem(args.json, "--json"):  # said before anything runs
         parser.error(file_place_problem(args.json, "--json"))
@@ -68,14 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     figures = "  ".join(f"{args.split}_{name} {value:.4f}" for name, value in result["figures"].items())
-    print(f"{figures}  ({result['samples']} samples; {weights}, weights_sha256 {result['weights_sha256'][:12]})")
+    destination = args.json or args.run_dir / EVALUATIONS / f"{args.split}-{weights.stem}.json"
+    try:
+        write_json(destination, result)
+    except OSError as error:
+        parser.error(f"{destination}: cannot be written ({error.strerror or error})" +
+                     ("" if args.json else "; write the figures elsewhere with --json FILE"))
+    print(f"{figures}  ({result['samples']} samples; {weights}, weights_sha256 {result['weights_sha256'][:12]})"
+          f"  -> {destination}")
     if result["note"]:
         print(f"note: {result['note']}", file=sys.stderr)
-    if args.json is not None:
-        try:
-            write_json(args.json, result)
-        except OSError as error:
-            parser.error(f"--json {args.json}: cannot be written ({error.strerror or error})")
     return 0
 
 
@@ -85,7 +93,8 @@ def evaluate_run(run: Run, weights_path: Path, split: str, device_name: str | No
     from . import task  # imported here: torch, after the relaunch, and never for a bad RUN_DIR
     from .config import Config
     from .engine.checkpoint import read_model_weights
-    from .train import evaluate, first, make_loaders
+    from .engine.plan import fit_problem
+    from .train import evaluate, evaluation_samples, first, make_loaders
     from .utils.device import select_device
     from .utils.repro import configure_determinism, seed_everything, set_thread_count, state_dict_sha256
 
@@ -113,14 +122,14 @@ def evaluate_run(run: Run, weights_path: Path, split: str, device_name: str | No
     seed_everything(config.seed)
     train_set, val_set = task.make_datasets(config)
     model = task.make_model(config, train_set).to(device)
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as error:
-        first_line = str(error).strip().splitlines()[0]
-        raise ValueError(f"{weights_path} does not fit the model task.py makes ({first_line.rstrip(':')})") from None
+    problem = fit_problem(model, state, str(weights_path))
+    if problem:
+        raise ValueError(problem)
     dataset = val_set if split == "val" else train_set if split == "train" else task.make_test_set(config)
     # One process, the run's batches: the loader of its validation split (in order, no drop), over `dataset`.
     dataset = first(dataset, config.max_samples)  # the run's --max-samples, as it trained and evaluated
+    # The validation split as the run's evaluations scored it: with --eval-batches, their samples.
+    dataset = evaluation_samples(dataset, config) if split == "val" else dataset
     loader = make_loaders(dataset, dataset, replace(config, world_size=1))[1]
     figures = evaluate(model, loader, device, config.precision)
     note = (f"the run was made on {config.world_size} processes, which added their sums in another order: "

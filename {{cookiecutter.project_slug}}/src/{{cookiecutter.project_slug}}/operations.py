@@ -23,7 +23,7 @@ from .engine.fingerprint import digest, kernel_fingerprints, numpy_fingerprints,
 from .engine.loop import accumulation_windows
 from .engine.optim import make_optimizer
 from .engine.precision import make_scaler
-from .train import first, make_loaders, train_step
+from .train import evaluation_samples, first, make_loaders, run_length, steps_per_epoch, train_step
 from .utils.repro import configure_determinism, seed_everything, set_thread_count, state_dict_sha256
 
 
@@ -31,8 +31,8 @@ def data_fingerprints(config: Config) -> dict[str, str]:
     """The first batch of each split, as the run's seeded loaders give it (augmentation included)."""
     seed_everything(config.seed)
     train_set, val_set = task.make_datasets(config)
-    train_loader, val_loader = make_loaders(first(train_set, config.max_samples), first(val_set, config.max_samples),
-                                            config)
+    train_loader, val_loader = make_loaders(first(train_set, config.max_samples),
+                                            evaluation_samples(first(val_set, config.max_samples), config), config)
     return {"data/train": digest(*next(iter(train_loader))), "data/val": digest(*next(iter(val_loader)))}
 
 
@@ -43,7 +43,7 @@ def first_step_fingerprint(config: Config) -> dict[str, str]:
     train_set, val_set = task.make_datasets(config)
     model = task.make_model(config, train_set)
     train_loader, _ = make_loaders(first(train_set, config.max_samples), first(val_set, config.max_samples), config)
-    optimizer, scheduler = make_optimizer(model, config, config.epochs * len(train_loader))
+    optimizer, scheduler = make_optimizer(model, config, run_length(config, steps_per_epoch(train_loader, config))[1])
     state = TrainingState(model, optimizer, scheduler, make_scaler(config.precision, device))
     model.train()
     train_loader.sampler.set_epoch(0)

@@ -25,6 +25,7 @@ import re
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from .config import EXECUTION_ONLY, Config, build_parser, parse_command_line
@@ -73,7 +74,11 @@ def training_settings(flags: list[str]) -> dict:
 
 
 def result_differences(a: dict, b: dict) -> list[str]:
-    return differences(a, b, tuple(key for key in {**a, **b} if key not in EXECUTION_ONLY))
+    """The result settings that differ between two studies' shared settings. With --early-stop,
+    the figure --keep-best watches decides where each run ends: a result setting then."""
+    early_stop = a.get("early_stop") or b.get("early_stop")
+    free = [name for name in EXECUTION_ONLY if not (name == "keep_best" and early_stop)]
+    return differences(a, b, tuple(key for key in {**a, **b} if key not in free))
 
 
 def check_study_folder(out: Path, shared: dict) -> dict | None:
@@ -275,6 +280,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def shared_settings(config: Config) -> dict:
+    """What every seed's run records as its config, but the seed: study.json's "config". With
+    --init-from, the file's weights_sha256, as each run records it as it starts (one line and exit 2
+    for a file that holds no weights)."""
+    if config.init_from != "none":
+        from .engine.checkpoint import read_model_weights  # here: torch, only for a study that needs it
+        from .utils.repro import state_dict_sha256
+
+        try:
+            weights, _ = read_model_weights(Path(config.init_from))
+        except ValueError as error:
+            refuse(f"--init-from: {error}")
+        config = replace(config, init_from_sha256=state_dict_sha256(weights))
+    return {key: value for key, value in config.to_dict().items() if key != "seed"}
+
+
 def refuse_if_locked(out: Path) -> None:
     problem = lock_folder(out)
     if problem:
@@ -289,7 +310,7 @@ def train_seeds(args, seeds: list[int], flags: list[str]) -> tuple[dict, float |
     if config.parallel == "fsdp":  # train would refuse it in every run; say so once, before any starts
         refuse("--parallel fsdp needs torchrun, and the study starts each seed as one plain process: leave it out, "
                "or train each seed under torchrun (docs/distributed.md)")
-    shared = {key: value for key, value in config.to_dict().items() if key != "seed"}
+    shared = shared_settings(config)
     recorded = check_study_folder(args.out, shared)
     try:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -36,8 +36,9 @@ from .files import atomic_write, atomic_write_text, unwritable_reason, write_jso
 
 # The files that make a folder hold a run: a new run refuses such a folder without --overwrite.
 BEST_MODEL, BEST_RECORD = "best.pt", "best.json"  # --keep-best: the best evaluation's model, and which it was
+EVALUATIONS = "evaluations"  # what a research project's evaluate command scored afterwards, one file each
 RUN_FILES = ("config.json", "environment.json", "metrics.csv", "model.pt", "summary.json", "checkpoints", "tensorboard",
-             "world_sizes.json", "fingerprint.json", BEST_MODEL, BEST_RECORD)
+             "world_sizes.json", "fingerprint.json", BEST_MODEL, BEST_RECORD, EVALUATIONS)
 ERROR_LOG = "error.log"  # not a run on its own: a rerun takes over a folder that holds only this
 ROW_FIELDS = ("epoch", "step", "split", "lr")  # lr: the step's learning rate; empty in a val row
 SPLITS = ("train", "val")
@@ -278,13 +279,14 @@ def clear_leftovers(out: Path) -> None:
 
 
 def write_result(out: Path, config, device: torch.device, weights: dict, steps: int, seconds: float,
-                 figures: dict[str, float], headline: str) -> dict:
-    """model.pt and summary.json, the last files a run writes; returns the summary. What an
-    earlier failure left (error.log, temporary files) goes: the run has finished."""
+                 figures: dict[str, float], headline: str, endings: dict | None = None) -> dict:
+    """model.pt and summary.json, the last files a run writes; returns the summary. `endings`:
+    what else the summary records (the best evaluation, an early stop). What an earlier failure
+    left (error.log, temporary files) goes: the run has finished."""
     summary = {"seed": config.seed, "data_seed": config.data_seed, "device": str(device),
                "weights_sha256": state_dict_sha256(weights), "train_seconds": seconds, "steps": steps,
                "world_size": config.world_size, "metrics": list(figures), "headline_metric": headline,
-               **{f"val_{name}": value for name, value in figures.items()}}
+               **{f"val_{name}": value for name, value in figures.items()}, **(endings or {})}
     atomic_write(out / "model.pt", lambda file: torch.save(weights, file))
     write_json(out / "summary.json", summary)
     clear_leftovers(out)

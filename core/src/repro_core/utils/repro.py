@@ -134,6 +134,7 @@ class Stream(IntEnum):
 
     DATA = 1  # of the data seed: the example's synthetic data
     SPLIT = 2  # of the data seed: the train/validation split
+    EVAL_BATCHES = 3  # of the data seed: the validation samples a research run's --eval-batches scores
     SHUFFLE = 11  # the order of each epoch
     TRAIN_SAMPLE = 12  # each training sample's augmentation
     VAL_SAMPLE = 13  # each validation sample's (normally none)

@@ -3,11 +3,17 @@
 A user's mistake (a bad flag, a missing folder, an unwritable place) gets one line on stderr,
 `python -m <package>.<command>: error: ...`, and exit 2, like argparse's own errors: never a
 traceback, never the usage block.
+
+What a run reports as it goes goes through the standard library's `logging`, to the logger named
+after the package (`logger` below): progress at INFO on stdout, warnings and notes at WARNING on
+stderr, each checkpoint at DEBUG; `--log-level` chooses how much is shown. Under torchrun, rank 0
+speaks for all processes (an error shows from every rank).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import sys
@@ -21,6 +27,43 @@ PACKAGE = "{{ cookiecutter.project_slug }}"
 # The commands that train, or start training processes: POSIX only (see startup.platform_problem).
 # compare and plot read run folders and work anywhere.
 POSIX_ONLY_COMMANDS = ("train", "study", "verify", "doctor", "evaluate")  # evaluate: the relaunch (execv)
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+logger = logging.getLogger(PACKAGE)
+
+
+class ConsoleHandler(logging.Handler):
+    """Each line as the commands printed it before logging: INFO and DEBUG on stdout, WARNING and
+    above on stderr; the stream looked up for each line (a test or a notebook may swap it), and
+    written past tqdm's progress bar so that the bar is drawn again below it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm import tqdm  # here: the commands that read runs never import it
+
+        stream = sys.stderr if record.levelno >= logging.WARNING else sys.stdout
+        tqdm.write(self.format(record), file=stream)
+        stream.flush()  # a line is seen when it is logged, even through a pipe
+
+
+class MainProcessOnly(logging.Filter):
+    """Under torchrun every process runs the same code: only rank 0's lines are shown (every
+    process's errors are)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or int(os.environ.get("RANK", "0")) == 0
+
+
+def configure_logging(level: str) -> None:
+    """`logger` at `level` (one of LOG_LEVELS), with the console handler once. Its lines are the
+    command's output: they do not propagate to the root logger (whose handlers would print them
+    again); add a handler of your own to `logger` to also keep them in a file."""
+    logger.setLevel(level.upper())
+    if not any(isinstance(handler, ConsoleHandler) for handler in logger.handlers):
+        handler = ConsoleHandler()
+        handler.addFilter(MainProcessOnly())
+        logger.addHandler(handler)
+    logger.propagate = False
 
 
 def prog(command: str) -> str:

@@ -7,7 +7,6 @@ Every check of the input happens here: a mistake gets one line and exit 2, and a
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NoReturn
@@ -27,7 +26,7 @@ from .checkpoint import (
     read_model_weights,
     read_sharded_checkpoint,
 )
-from .cli import PACKAGE, prog
+from .cli import PACKAGE, configure_logging, logger, prog
 from .cli import refuse as refuse_with
 from .precision import compile_problem, precision_problem
 from .run_folder import (
@@ -77,8 +76,9 @@ def plan_run(argv: list[str] | None) -> Plan | None:
         if args.overwrite:
             refuse("--resume and --overwrite contradict each other: choose one")
         config, added, started_with = resume_config_or_refuse(out, typed, world_size)
+        configure_logging(config.log_level)
         if (out / "summary.json").exists():
-            print(f"the run in {out} is complete (summary.json exists): nothing to resume")
+            logger.info(f"the run in {out} is complete (summary.json exists): nothing to resume")
             unlock_folder(out)
             return None
         refuse_if(parallel_problem(config))
@@ -86,6 +86,7 @@ def plan_run(argv: list[str] | None) -> Plan | None:
         history = resumed_history(out, started_with, checkpoint, world_size)
     else:
         config = Config(**typed, world_size=world_size)
+        configure_logging(config.log_level)
         refuse_if(out_dir_refusal(out, args.overwrite))
         config = replace(config, init_from_sha256=init_weights_sha256(config.init_from))  # that file's, now
     refuse_if(parallel_problem(config) or config.problem() or tracking_problem(config)
@@ -137,11 +138,17 @@ def init_weights_problem(model: torch.nn.Module, config: Config) -> str | None:
     weights, _ = read_model_weights(Path(config.init_from))
     if state_dict_sha256(weights) != config.init_from_sha256:
         return f"--init-from {config.init_from} changed while the run started: its weights are not those recorded"
+    return fit_problem(model, weights, f"--init-from {config.init_from}")
+
+
+def fit_problem(model: torch.nn.Module, weights: dict, what: str) -> str | None:
+    """Loads `weights` (a state_dict, named `what` for the user) into `model`; why they do not fit
+    it, in one sentence (the first line of torch's own message), or None."""
     try:
         model.load_state_dict(weights)
     except RuntimeError as error:
         first_line = str(error).strip().splitlines()[0].rstrip(":")
-        return f"--init-from {config.init_from} does not fit the model task.py makes ({first_line})"
+        return f"{what} does not fit the model task.py makes ({first_line})"
     return None
 
 
@@ -287,6 +294,5 @@ def refuse_if(message: str | None) -> None:
 
 
 def say(message: str) -> None:
-    """A warning or note on stderr, from rank 0 only."""
-    if distributed.context()[0] == 0:
-        print(message, file=sys.stderr, flush=True)
+    """A warning or note (on stderr; from rank 0 only: engine/cli.py's logging)."""
+    logger.warning(message)
