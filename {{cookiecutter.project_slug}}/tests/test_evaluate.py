@@ -195,9 +195,9 @@ def test_each_split_is_the_one_asked_for(finished_run, tmp_path, monkeypatch):
 
 
 def test_the_figures_go_into_the_run_folder_and_the_runs_record_stays_as_it_was(finished_run, tmp_path):
-    """Without --json: RUN_DIR/evaluations/SPLIT-WEIGHTS.json, one file per evaluation, every other
-    file of the run byte for byte as it was; a new run over the folder (--overwrite) removes them
-    with the earlier run's files, as they describe its weights."""
+    """Without --json: RUN_DIR/evaluations/SPLIT-WEIGHTS-HASH.json, one file per split and weights
+    (another run's model.pt replaces none), every other file of the run byte for byte as it was; a
+    new run over the folder (--overwrite) removes them with the earlier run's files."""
     from {{ cookiecutter.project_slug }} import train
 
     copy = tmp_path / "run"
@@ -206,11 +206,18 @@ def test_the_figures_go_into_the_run_folder_and_the_runs_record_stays_as_it_was(
     checkpoint = sorted((copy / "checkpoints").glob("step-*.pt"))[0]
     assert evaluate_command.main([str(copy)]) == 0
     assert evaluate_command.main([str(copy), "--split", "train", "--weights", str(checkpoint)]) == 0
+    other = tmp_path / "elsewhere" / "model.pt"  # another run's model.pt: the name of the run's own
+    other.parent.mkdir()
+    torch.save(torch.load(checkpoint, weights_only=True)["model"], other)
+    assert evaluate_command.main([str(copy), "--weights", str(other)]) == 0
     after = {path.relative_to(copy): path.read_bytes() for path in copy.rglob("*") if path.is_file()}
     assert {path: after[path] for path in before} == before
-    assert sorted(map(str, after.keys() - before.keys())) == ["evaluations/train-" + checkpoint.stem + ".json",
-                                                             "evaluations/val-model.json"]
-    on_val = json.loads((copy / "evaluations" / "val-model.json").read_text())
+    checkpoint_hash = json.loads(next((copy / "evaluations").glob("train-*.json")).read_text())["weights_sha256"]
+    assert sorted(map(str, after.keys() - before.keys())) == sorted([
+        f"evaluations/train-{checkpoint.stem}-{checkpoint_hash[:12]}.json",
+        f"evaluations/val-model-{finished_run.weights[:12]}.json",
+        f"evaluations/val-model-{checkpoint_hash[:12]}.json"])
+    on_val = json.loads((copy / "evaluations" / f"val-model-{finished_run.weights[:12]}.json").read_text())
     assert on_val["figures"] == {name: finished_run.summary[f"val_{name}"] for name in finished_run.summary["metrics"]}
     assert train.main(["--out", str(copy), "--overwrite", *FAST, "--epochs", "1"]) == 0
     assert not (copy / "evaluations").exists()

@@ -49,8 +49,10 @@ PERTURBED = {
     "weight_decay_on": "weights", "clip_grad_norm": 0.01, "width": max(1, DEFAULTS.width // 2),
     "dropout": 0.5 if DEFAULTS.dropout != 0.5 else 0.1, "precision": "bf16",
 }
-REFERENCES = {"adamw": ["--optimizer", "adamw"], "one_cycle": ["--schedule", "one-cycle"]}
-ON = {"beta2": "adamw"}  # AdamW's alone
+REFERENCES = {"adamw": ["--optimizer", "adamw"], "one_cycle": ["--schedule", "one-cycle"],
+              "default_epochs": ["--epochs", str(DEFAULTS.epochs)]}
+# AdamW's alone; --max-steps, which replaces --epochs, against a run of the default --epochs.
+ON = {"beta2": "adamw", "max_steps": "default_epochs"}
 # Settings that change no weight, each with another value: the weights must stay.
 UNCHANGED = {"val_batch_size": 7, "eval_every": 0, "log_every": 1, "checkpoint_every": 1, "num_workers": 1,
              "keep_best": "max:loss"}

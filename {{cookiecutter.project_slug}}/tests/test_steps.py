@@ -26,10 +26,12 @@ from conftest import BATCH, FAST, SAMPLES, once, python_env, start_module, steps
 
 P = steps_per_epoch()
 LENGTH = P + 3  # --max-steps: the second epoch cut short three steps in
+# --max-steps replaces --epochs, which FAST sets: back to the default, which a length in steps allows.
+MAX_STEPS = ("--epochs", str(Config.epochs), "--max-steps", str(LENGTH))
 EVERY = 3  # --eval-every-steps
 # Evaluations every EVERY steps on one batch of 8 validation samples; a checkpoint at each, so that
 # each evaluation's row can be scored again from the weights of its step.
-STEPWISE = ("--max-steps", str(LENGTH), "--eval-every-steps", str(EVERY), "--eval-batches", "1",
+STEPWISE = (*MAX_STEPS, "--eval-every-steps", str(EVERY), "--eval-batches", "1",
             "--val-batch-size", "8", "--checkpoint-every", str(EVERY))
 EARLY = ("--eval-every-steps", "2", "--early-stop", "2")
 
@@ -50,13 +52,16 @@ def train_and_resume(root, runs: dict, resumed: tuple[str, ...]) -> dict[str, Ru
 def step_runs_or_failure(tmp_path_factory):
     runs = {
         "stepwise": (STEPWISE, {}),
-        "max_steps_only": (("--max-steps", str(LENGTH)), {}),
+        "max_steps_only": (MAX_STEPS, {}),
         # Stopped at step 6, where an evaluation and a checkpoint are both due, then resumed.
         "stepwise_resumed": ((*STEPWISE, "--stop-after-steps", str(2 * EVERY)), {}),
+        # Stopped after the first epoch's last step, before its evaluation, then resumed.
+        "max_steps_resumed": ((*MAX_STEPS, "--stop-after-steps", str(P)), {}),
         "early_max": ((*EARLY, "--keep-best", "max:loss"), {}),
         "early_min": ((*EARLY, "--keep-best", "min:loss"), {}),
     }
-    return once(lambda: train_and_resume(tmp_path_factory.mktemp("steps"), runs, ("stepwise_resumed",)))
+    resumed = ("stepwise_resumed", "max_steps_resumed")
+    return once(lambda: train_and_resume(tmp_path_factory.mktemp("steps"), runs, resumed))
 
 
 @pytest.fixture
@@ -75,6 +80,13 @@ def test_max_steps_ends_the_run_after_that_many_steps_its_last_epoch_cut_short(s
     assert [int(row["epoch"]) for row in rows(run, "train")] == [0] * P + [1] * 3
     # Each epoch's end is evaluated: the whole first one, and the second where the steps ran out.
     assert [int(row["step"]) for row in rows(run, "val")] == [P, LENGTH]
+
+
+def test_a_max_steps_run_stopped_at_an_epochs_last_step_resumes_exactly(step_runs):
+    """Stopped after step P, before the epoch's evaluation: resumed, it evaluates the epoch, trains
+    the three steps left and ends as the run that never stopped."""
+    resumed, whole = step_runs["max_steps_resumed"], step_runs["max_steps_only"]
+    assert resumed.metrics == whole.metrics and resumed.weights == whole.weights
 
 
 def test_the_schedule_spans_max_steps_not_the_epochs(step_runs):
@@ -195,7 +207,7 @@ def evaluations_to_stop(run: Run, keep_best: str, patience: int) -> int | None:
         else:
             since += 1
         if since >= patience:
-            return step
+            return step if step < run.summary["steps"] or step < 2 * P else None  # at the last step: no stop
     return None
 
 
@@ -229,11 +241,51 @@ def test_a_run_killed_after_its_stopping_evaluation_resumes_and_stops_at_once(st
         {k: v for k, v in run.summary.items() if k not in timings}
 
 
+def test_patience_run_out_at_the_last_evaluation_is_no_early_stop(tmp_path, capsys):
+    """Two evaluations, patience 1, watched both ways: whichever way the loss went, one of the two
+    runs used up its patience at the second, the run's last: it ran its whole length, so neither
+    records an early stop nor says it stopped early."""
+    from {{ cookiecutter.project_slug }} import train
+
+    for way in ("max", "min"):
+        assert train.main(["--out", str(tmp_path / way), *FAST, "--early-stop", "1", "--keep-best", f"{way}:loss"]) == 0
+        summary = read_run(tmp_path / way).summary
+        assert summary["early_stop_step"] is None and summary["steps"] == 2 * P
+    assert "stopped early" not in capsys.readouterr().out
+
+
+def test_a_failure_inside_an_evaluation_leaves_no_checkpoint_of_its_step(tmp_path, monkeypatch):
+    """The second mid-epoch evaluation (step 6) fails: the run ends with the checkpoint of step 3,
+    not one of step 6, whose resumed run would never evaluate step 6. Resumed, it equals the run
+    that never failed (both made in this process)."""
+    from {{ cookiecutter.project_slug }} import train
+
+    args = [*FAST, "--eval-every-steps", str(EVERY), "--checkpoint-every", str(EVERY)]
+    assert train.main(["--out", str(tmp_path / "whole"), *args]) == 0
+    real, calls = train.evaluate, []
+
+    def fails_the_second_time(*call_args, **call_kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("a metric failed")
+        return real(*call_args, **call_kwargs)
+
+    monkeypatch.setattr(train, "evaluate", fails_the_second_time)
+    assert train.main(["--out", str(tmp_path / "failed"), *args]) == 1
+    assert sorted(path.name for path in (tmp_path / "failed" / "checkpoints").glob("step-*.pt")) == \
+        [f"step-{EVERY:08d}.pt"]
+    monkeypatch.setattr(train, "evaluate", real)
+    assert train.main(["--out", str(tmp_path / "failed"), "--resume"]) == 0
+    whole, resumed = read_run(tmp_path / "whole"), read_run(tmp_path / "failed")
+    assert resumed.metrics == whole.metrics and resumed.weights == whole.weights
+
+
 @pytest.mark.parametrize("args, says", [
     (("--early-stop", "2"), "--early-stop needs the figure it watches: add --keep-best"),
     (("--max-steps", "-1"), "argument --max-steps: -1 is not at least 0"),
     (("--eval-batches", "x"), "argument --eval-batches: 'x' is not an integer"),
-], ids=["early stop without keep-best", "negative max-steps", "eval-batches not a number"])
+    (("--max-steps", "7", "--epochs", "3"), "--max-steps 7 and --epochs 3 both set the run's length"),
+], ids=["early stop without keep-best", "negative max-steps", "eval-batches not a number", "two lengths"])
 def test_what_cannot_run_is_refused_in_one_line_before_any_file(args, says, tmp_path, capsys):
     from {{ cookiecutter.project_slug }} import train
 
@@ -257,10 +309,11 @@ def test_resuming_an_early_stopping_run_with_another_figure_watched_is_refused(s
     assert ended.value.code == 2 and "keep_best (recorded 'max:loss', given 'min:loss')" in err, err
 
 
-def test_the_summary_records_the_runs_speed_over_the_samples_it_trained_on(step_runs):
+@pytest.mark.parametrize("name", ["max_steps_only", "max_steps_resumed"])
+def test_the_summary_records_the_runs_speed_over_the_samples_it_trained_on(name, step_runs):
     """samples_per_second x train_seconds: the samples the test counts (one whole epoch, then three
-    batches of the second); seconds_per_step x steps: train_seconds."""
-    run = step_runs["max_steps_only"]
+    batches of the second), a resumed run's too; seconds_per_step x steps: train_seconds."""
+    run = step_runs[name]
     train_samples = min(len(task.make_datasets(Config())[0]), SAMPLES)
     seconds = run.summary["train_seconds"]
     assert run.summary["samples_per_second"] * seconds == pytest.approx(train_samples + 3 * BATCH)

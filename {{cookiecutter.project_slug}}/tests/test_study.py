@@ -358,6 +358,29 @@ def test_summarise_makes_the_same_study_from_seed_folders_trained_elsewhere(ran,
 
 
 @pytest.mark.slow
+def test_seeds_that_cannot_be_drawn_as_one_leave_no_picture_and_say_why_in_a_line(ran, tmp_path, monkeypatch,
+                                                                                  capsys):
+    """--early-stop ends the seeds at other steps, which plot's study_series refuses to draw as one
+    (a RunError, made here): the study still writes study.json and study.csv, says why there is no
+    study.png, and exits 0, not with a traceback."""
+    from {{ cookiecutter.project_slug }} import plot
+    from {{ cookiecutter.project_slug }}.engine.runs import RunError
+
+    copy = tmp_path / "elsewhere"
+    copy.mkdir()
+    for seed in range(2):
+        shutil.copytree(ran["root"] / "whole" / f"seed-{seed}", copy / f"seed-{seed}")
+
+    def refuses(folder):
+        raise RunError(f"the runs of {folder} have different steps")
+
+    monkeypatch.setattr(plot, "study_series", refuses)
+    assert study.main(["--seeds", "0-1", "--out", str(copy), "--summarise"]) == 0
+    assert f"no study.png: the runs of {copy} have different steps" in capsys.readouterr().out
+    assert (copy / "study.json").exists() and (copy / "study.csv").exists() and not (copy / "study.png").exists()
+
+
+@pytest.mark.slow
 def test_each_seed_is_an_ordinary_run_and_all_share_the_data_seed(ran, capsys):
     runs = [read_run(ran["root"] / "whole" / f"seed-{seed}") for seed in range(3)]
     assert [run.config["seed"] for run in runs] == [0, 1, 2]

@@ -232,7 +232,10 @@ class Config:
         return None
 
     def schedule_problem(self) -> str | None:
-        """A contradiction in the learning rate's schedule, as one sentence, or None."""
+        """A contradiction in the run's length or its learning rate's schedule, as one sentence, or None."""
+        if self.max_steps and self.epochs != Config.epochs:
+            return (f"--max-steps {self.max_steps} and --epochs {self.epochs} both set the run's length: give one "
+                    "(--max-steps replaces --epochs)")
         if self.warmup_steps and self.schedule == "one-cycle":
             return "--warmup-steps is for the cosine and constant schedules (one-cycle warms up by itself)"
         if (self.min_lr or self.decay_steps) and self.schedule != "cosine":

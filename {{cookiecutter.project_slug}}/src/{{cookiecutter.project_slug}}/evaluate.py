@@ -15,9 +15,10 @@ test` evaluates on the split that task.py's optional `make_test_set(config)` ret
 folder that is not a run, a model.pt that changed since the run, weights that do not fit the
 model): one line, exit 2.
 
-The figures, exactly, with what was evaluated, go into RUN_DIR/evaluations/SPLIT-WEIGHTS.json
-(evaluations/val-model.json, evaluations/test-best.json, ...), or to --json FILE: the run's own
-record (config.json, metrics.csv, summary.json) is never touched.
+The figures, exactly, with what was evaluated, go into RUN_DIR/evaluations/SPLIT-WEIGHTS-HASH.json
+(evaluations/val-model-b2cf92ad6f35.json, HASH the weights' sha256 cut to 12), or to --json FILE:
+the run's own record (config.json, metrics.csv, summary.json) is never touched. With the run's
+--eval-batches, --split val scores the samples its evaluations scored.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="evaluate on this device: auto, cpu, cuda, cuda:N or mps (default: the run's)")
     parser.add_argument("--json", type=Path, metavar="FILE", default=None,
                         help="write the figures, exactly, with what was evaluated, to FILE (default: "
-                             f"RUN_DIR/{EVALUATIONS}/SPLIT-WEIGHTS.json, as {EVALUATIONS}/val-model.json)")
+                             f"RUN_DIR/{EVALUATIONS}/SPLIT-WEIGHTS-HASH.json, HASH the weights' sha256 cut to 12)")
     args = parser.parse_args(argv)
     if args.json is not None and file_place_problem(args.json, "--json"):  # said before anything runs
         parser.error(file_place_problem(args.json, "--json"))
@@ -74,16 +75,19 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     figures = "  ".join(f"{args.split}_{name} {value:.4f}" for name, value in result["figures"].items())
-    destination = args.json or args.run_dir / EVALUATIONS / f"{args.split}-{weights.stem}.json"
+    print(f"{figures}  ({result['samples']} samples; {weights}, weights_sha256 {result['weights_sha256'][:12]})")
+    if result["note"]:
+        print(f"note: {result['note']}", file=sys.stderr)
+    # One file per split and weights: named by the file and the weights' hash, so that no evaluation
+    # of other weights (another run's model.pt) replaces it.
+    name = f"{args.split}-{weights.stem}-{result['weights_sha256'][:12]}.json"
+    destination = args.json or args.run_dir / EVALUATIONS / name
     try:
         write_json(destination, result)
     except OSError as error:
         parser.error(f"{destination}: cannot be written ({error.strerror or error})" +
                      ("" if args.json else "; write the figures elsewhere with --json FILE"))
-    print(f"{figures}  ({result['samples']} samples; {weights}, weights_sha256 {result['weights_sha256'][:12]})"
-          f"  -> {destination}")
-    if result["note"]:
-        print(f"note: {result['note']}", file=sys.stderr)
+    print(f"-> {destination}")
     return 0
 
 

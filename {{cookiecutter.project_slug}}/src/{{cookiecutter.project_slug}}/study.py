@@ -276,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             written.append(args.out / "study.png")
     except ImportError:
         print("no study.png: matplotlib is not installed (python -m pip install matplotlib)")
+    except RunError as error:  # the seeds' runs cannot be drawn as one (--early-stop ended them at other steps)
+        print(f"no study.png: {error}")
     print("wrote " + ", ".join(str(path) for path in written))
     return 0
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..config import Config
 from . import distributed
-from .cli import prog
+from .cli import logger, prog
 from .loop import NonFiniteStep
 from .plan import Plan
 from .precision import compile_failure
@@ -28,13 +28,11 @@ def stopped(plan: Plan, signum: int | None, step: int, checkpoint: Path | None) 
     """Says where the run stopped and how to continue; the exit status (128 + signal number)."""
     again = resume_command(plan)
     if signum is None and step == plan.stop_after_steps:
-        if distributed.rank() == 0:
-            print(f"stopped after step {step} as asked, checkpoint {checkpoint}; continue with: {again}")
+        logger.info(f"stopped after step {step} as asked, checkpoint {checkpoint}; continue with: {again}")
         return 0
     signum = signum or signal.SIGTERM  # a rank told by another rank
-    if distributed.rank() == 0:
-        print(f"{signal_name(signum)}: stopped after step {step}, checkpoint {checkpoint}; "
-              f"continue with: {again}", file=sys.stderr)
+    logger.warning(f"{signal_name(signum)}: stopped after step {step}, checkpoint {checkpoint}; "
+                   f"continue with: {again}")
     return 128 + signum
 
 
