@@ -50,6 +50,28 @@ PYTEST = (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider")
 EN, ZH = (f"{{% if cookiecutter.language == '{language}' %}}README.md{{% endif %}}" for language in ("en", "zh"))
 
 
+# The teacher's page, one per language: a section per exercise, with the failing test and its message.
+ANSWERS = {language: EXERCISES_DIR / f"{{% if cookiecutter.language == '{language}' %}}ANSWERS.md{{% endif %}}"
+           for language in ("en", "zh")}
+FAILS = {"en": "Fails: ", "zh": "会失败："}
+PRINTS = {"en": "It prints: ", "zh": "打印："}
+
+
+def answers(language: str) -> dict[str, dict[str, str]]:
+    """Exercise number -> its section of the answers page: the test on its Fails line and the
+    message quoted on its It prints line (none for a GPU-only exercise)."""
+    found = {}
+    for section in re.split(r"^## ", ANSWERS[language].read_text(encoding="utf-8"), flags=re.MULTILINE)[1:]:
+        number = section[:2]
+        if number.isdigit():
+            lines = section.splitlines()
+            quoted = {label: line[len(prefix):].strip("`") for line in lines
+                      for label, prefix in (("fails", FAILS[language]), ("prints", PRINTS[language]))
+                      if line.startswith(prefix)}
+            found[number] = quoted
+    return found
+
+
 def readme(exercise: str, name: str = EN) -> str:
     return (EXERCISES_DIR / exercise / name).read_text(encoding="utf-8")
 
@@ -150,6 +172,21 @@ def test_there_are_exercises_and_each_has_two_readmes_one_caught_by_line_and_a_p
             assert f"]({exercise}/)" in (EXERCISES_DIR / index).read_text(encoding="utf-8"), (index, exercise)
 
 
+def test_the_answers_page_quotes_for_each_exercise_its_test_and_message_alike_in_both_languages():
+    """exercises/ANSWERS.md (en, zh): one section per exercise naming the test of its Caught by
+    line and quoting the message that test prints with the patch applied (the slow test below
+    checks the message); the two languages quote the same; a GPU-only exercise quotes none."""
+    english, chinese = answers("en"), answers("zh")
+    assert sorted(english) == sorted(exercise[:2] for exercise in EXERCISES) == sorted(chinese)
+    for exercise in EXERCISES:
+        section = english[exercise[:2]]
+        assert section == chinese[exercise[:2]], exercise
+        if gpu_only(exercise):
+            assert not section, f"{exercise}: a CPU cannot show a GPU-only exercise's message"
+        else:
+            assert section["fails"] == caught_by(exercise) and section["prints"].strip(), exercise
+
+
 def test_each_exercise_is_described_in_breaks_exercises_toml_once_or_once_per_size_with_its_readmes_test():
     assert sorted({brk.name for brk in DESCRIBED}) == EXERCISES
     for exercise in EXERCISES:
@@ -200,6 +237,21 @@ def test_the_baked_exercises_are_the_sizes_and_hold_no_template_syntax_and_patch
                                                                                                  "break.patch"]
             text = (project / "exercises" / exercise / "break.patch").read_text(encoding="utf-8")
             assert f"--- a/src/{project.name}/" in text, exercise
+    page = (project / "exercises" / "ANSWERS.md").read_text(encoding="utf-8")
+    assert re.findall(r"^## (\d\d) ", page, re.MULTILINE) == [exercise[:2] for exercise in EXERCISES
+                                                                if scope in SIZES[exercise]]
+
+
+@pytest.mark.parametrize("scope", breaks.SCOPES)
+def test_the_chinese_answers_page_is_rendered_for_the_size(scope, cookies_session):
+    """cookiecutter copies a file that binaryornot takes for binary without rendering it: the
+    Chinese page must come out rendered, with the sections of the size's exercises."""
+    result = cookies_session.bake(extra_context={"language": "zh", "scope": scope}, template=str(ROOT))
+    assert result.exit_code == 0, result.exception
+    page = (result.project_path / "exercises" / "ANSWERS.md").read_text(encoding="utf-8")
+    assert "{%" not in page and "{{" not in page
+    assert re.findall(r"^## (\d\d) ", page, re.MULTILINE) == [exercise[:2] for exercise in EXERCISES
+                                                                if scope in SIZES[exercise]]
 
 
 @pytest.mark.parametrize("scope", breaks.SCOPES)
@@ -286,6 +338,9 @@ def test_a_break_patch_makes_its_named_test_fail_and_comes_off_again(scope, exer
     if broken is not None:
         assert broken.returncode == 1 and re.search(r"\d+ (failed|errors?)\b", broken.stdout), (
             f"{named} did not fail with {patch} applied (exit status {broken.returncode}):\n{broken.stdout[-3000:]}")
+        printed = answers("en")[exercise[:2]]["prints"]  # what exercises/ANSWERS.md tells the teacher
+        assert any(printed in line for line in broken.stdout.splitlines() if line.startswith("E ")), (
+            f"ANSWERS.md quotes {printed!r} for {exercise}, which {named} did not print:\n{broken.stdout[-3000:]}")
     # That the named test passes on the tree as committed: the next test, from the whole suite's run.
     if broken is None:
         pytest.skip(f"{exercise}: the patch applies and comes off cleanly, but {named} is not run with it: its "

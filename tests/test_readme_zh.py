@@ -17,7 +17,9 @@ DOCS = TEMPLATE_DIR / "docs"
 PAGES = {"research README": (GENERATED_README["en"], GENERATED_README["zh"]),
          "teaching README": (TEACHING_README["en"], TEACHING_README["zh"]),
          **{f"docs/{path.name.split('%}')[1].split('{%')[0]}": (path, DOCS / path.name.replace("'en'", "'zh'"))
-            for path in sorted(DOCS.glob("*cookiecutter.language == 'en'*"))}}
+            for path in sorted(DOCS.glob("*cookiecutter.language == 'en'*"))},
+         "exercises/ANSWERS.md": tuple(TEMPLATE_DIR / "exercises" / f"{{% if cookiecutter.language == '{language}' %}}"
+                                       "ANSWERS.md{% endif %}" for language in ("en", "zh"))}
 
 FENCE = re.compile(r"^(`{3,}|~{3,})")
 HEADING = re.compile(r"^(#{1,6})\s+\S")
@@ -189,3 +191,51 @@ def test_the_chinese_pages_give_the_english_figures_section_by_section(en, zh):
         english, chinese = (INLINE_CODE.sub(" ", JINJA_EXPRESSION.sub(" ", LINK.sub(" ", text)))
                             for text in (english, chinese))
         assert set(FIGURE.findall(chinese)) == set(FIGURE.findall(english)), heading
+
+
+CJK_CHARACTER = re.compile(r"[\u3000-\u30ff\u3400-\u9fff\uff00-\uffef]")
+SENTENCE_END = "。！？"
+NOT_A_PARAGRAPH = re.compile(r"\s*([#|>`]|[-*] |\d+\. |Caught |<)")
+
+
+def lines_wrapped_inside_a_sentence(text: str) -> list[str]:
+    """The lines of prose that a sentence continues on the next line, where either side is Chinese:
+    a renderer joins them with a space, which Chinese does not have. A line ending a sentence, a
+    line of Jinja, a heading, a table row, a list item's first line and code are left alone."""
+    lines, found, fence = text.splitlines(), [], False
+    for line, following in zip(lines, lines[1:], strict=False):
+        fence = fence != bool(FENCE.match(line))
+        if fence or not line.strip() or not following.strip() or "{%" in line + following:
+            continue
+        if NOT_A_PARAGRAPH.match(line) or NOT_A_PARAGRAPH.match(following) or line.rstrip()[-1] in SENTENCE_END:
+            continue
+        if CJK_CHARACTER.match(line.rstrip()[-1]) or CJK_CHARACTER.match(following.lstrip()[0]):
+            found.append(line)
+    return found
+
+
+ZH_PAGES = sorted({*(zh for _, zh in PAGES.values()), *TEMPLATE_DIR.glob("exercises/*/*'zh'*README.md*"),
+                   *TEMPLATE_DIR.glob("exercises/*'zh'*README.md*")})
+
+
+@pytest.mark.parametrize("page", ZH_PAGES, ids=[str(path.relative_to(TEMPLATE_DIR)) for path in ZH_PAGES])
+def test_no_chinese_page_breaks_a_line_inside_a_sentence(page):
+    assert lines_wrapped_inside_a_sentence(page.read_text(encoding="utf-8")) == []
+
+
+def test_a_line_broken_inside_a_chinese_sentence_is_found():
+    assert lines_wrapped_inside_a_sentence("训练本身没有变化，\n变化的是比较能看到什么。\n") == ["训练本身没有变化，"]
+    assert lines_wrapped_inside_a_sentence("第一句。\n第二句。\n```\n代码，\n代码\n```\n") == []
+
+
+
+def test_no_template_file_that_holds_jinja_is_taken_for_binary():
+    """cookiecutter copies a file that binaryornot takes for binary as it is, Jinja and all: a Chinese
+    page whose first bytes end inside a character can be taken so, after an edit that moved them."""
+    from binaryornot.check import is_binary
+
+    for path in TEMPLATE_DIR.rglob("*"):
+        if path.is_file() and ".png" not in path.name:
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if "{{" in text or "{%" in text:
+                assert not is_binary(str(path)), f"{path.relative_to(TEMPLATE_DIR)} would be copied unrendered"

@@ -70,5 +70,6 @@ def test_evaluation_restores_the_mode_it_found(model_and_loader, training):
     model, loader = model_and_loader
     model.train(training)
     evaluate(model, loader, CPU)
-    assert model.training is training
+    found, left = ("train" if training else "eval"), ("train" if model.training else "eval")
+    assert model.training is training, f"evaluate() found the model in {found} mode and left it in {left} mode"
     assert all(module.training is training for module in model.modules())

@@ -30,18 +30,34 @@ def flat(batches) -> torch.Tensor:
 
 def one_epoch(seed: int, num_workers: int, epoch: int = 0) -> torch.Tensor:
     """Everything a fresh training loader yields in one epoch."""
+    return flat(epoch_batches(seed, num_workers, epoch))
+
+
+def epoch_batches(seed: int, num_workers: int, epoch: int = 0) -> list:
+    """The batches a fresh training loader yields in one epoch."""
     loader = make_loader(train_set(), batch_size=BATCH, seed=seed, train=True, num_workers=num_workers)
     loader.sampler.set_epoch(epoch)
-    return flat(list(loader))
+    return list(loader)
+
+
+def where_they_part(first: list, second: list) -> str:
+    """The first batch at which two epochs' inputs differ, in words ("" if they never do): a failing
+    test says what differs, not `assert False`."""
+    for number, (one, other) in enumerate(zip(first, second, strict=False)):  # the lengths: below
+        if not torch.equal(flat([one]), flat([other])):
+            return f"the two epochs part at batch {number} of {len(first)}"
+    return "" if len(first) == len(second) else f"one epoch has {len(first)} batches, the other {len(second)}"
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_one_seed_gives_the_same_order_and_augmented_values_from_two_fresh_loaders(num_workers):
-    assert torch.equal(one_epoch(SEED, num_workers), one_epoch(SEED, num_workers))
+    parted = where_they_part(epoch_batches(SEED, num_workers), epoch_batches(SEED, num_workers))
+    assert not parted, f"two fresh loaders of seed {SEED} with {num_workers} workers: {parted}"
 
 
 def test_the_worker_count_changes_no_augmented_value():
-    assert torch.equal(one_epoch(SEED, 0), one_epoch(SEED, 2))
+    parted = where_they_part(epoch_batches(SEED, 0), epoch_batches(SEED, 2))
+    assert not parted, f"one seed, 0 workers against 2: {parted} (the order is the same, so an augmentation differs)"
 
 
 def test_another_seed_gives_another_order():

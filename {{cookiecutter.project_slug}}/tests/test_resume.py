@@ -78,6 +78,11 @@ def test_a_resumed_run_has_the_weights_and_every_metrics_row_of_the_run_never_st
     run, stderr = resumed[name]
     assert "another environment" not in stderr  # the same machine and stack: no warning
     reference = runs["seed7"]
+    pairs = zip(run.metrics, reference.metrics, strict=False)  # a missing row: the comparison below
+    parted = next((number for number, (one, other) in enumerate(pairs) if one != other), None)
+    assert parted is None, (f"the resumed run parts from the one never stopped at step {run.metrics[parted]['step']} "
+                            f"({run.metrics[parted]['split']}): resumed {run.metrics[parted]}, never stopped "
+                            f"{reference.metrics[parted]}")
     assert run.metrics == reference.metrics  # no row lost, torn or written twice
     assert run.weights == reference.weights
 

@@ -40,7 +40,7 @@ def train_in_fresh_processes(root: Path, runs: dict[str, tuple[int, str]]) -> di
         assert process.wait(timeout=600) == 0, (root / f"{name}.err").read_text()[-3000:]
         files = {file: json.loads((root / name / f"{file}.json").read_text(encoding="utf-8"))
                  for file in ("config", "environment", "summary")}
-        results[name] = {"weights": files["summary"]["weights_sha256"],
+        results[name] = {"weights": files["summary"]["weights_sha256"], "stderr": (root / f"{name}.err").read_text(),
                          "metrics": (root / name / "metrics.csv").read_text(encoding="utf-8"), **files}
     return results
 
@@ -57,6 +57,14 @@ def test_one_seed_in_two_fresh_processes_gives_the_same_weights_and_every_metric
     assert len(runs["first"]["metrics"].splitlines()) > 3  # a header, steps and evaluations: not an empty file
 
 
+def test_a_normal_run_prints_no_warning(runs):
+    """A warning in every run (torch's, about a tensor that still requires grad turned into a float,
+    say) teaches students to read past warnings, the one that matters among them."""
+    for name, run in runs.items():
+        warned = [line for line in run["stderr"].splitlines() if "warning" in line.lower()]
+        assert not warned, f"the run {name} printed: {warned}"
+
+
 def test_another_seed_gives_other_weights_and_other_losses(runs):
     """The negative control: without it, the test above could pass by never changing anything."""
     assert runs["other_seed"]["weights"] != runs["first"]["weights"]
@@ -67,14 +75,16 @@ def test_each_run_hashed_strings_with_its_seed_whatever_the_shell_said(runs):
     """Python reads PYTHONHASHSEED once, as it starts: the run starts again with it set from --seed
     (a set of strings then iterates in one order), and records what its interpreter started with."""
     for run in runs.values():
-        assert run["environment"]["python_hash_seed"] == str(run["config"]["seed"])
+        started, seed = run["environment"]["python_hash_seed"], str(run["config"]["seed"])
+        assert started == seed, f"the interpreter of the run of seed {seed} started with PYTHONHASHSEED={started}"
 
 
 def test_each_run_used_the_thread_count_it_records_not_the_machines(runs):
     """torch's default is one thread per core; a sum split over another number of threads adds up
     in another order. (On a one-core machine the default is the recorded 1: this cannot fail there.)"""
     for run in runs.values():
-        assert run["environment"]["intra_op_threads"] == run["config"]["threads"]
+        used, configured = run["environment"]["intra_op_threads"], run["config"]["threads"]
+        assert used == configured, f"the run configured {configured} thread(s) and computed with {used}"
 
 
 def test_metrics_csv_keeps_every_bit_its_last_row_is_the_summarys_final_figures(runs):
@@ -86,4 +96,5 @@ def test_metrics_csv_keeps_every_bit_its_last_row_is_the_summarys_final_figures(
         figures = [name for name in header if f"val_{name}" in run["summary"]]  # loss and the task's metrics
         assert "loss" in figures
         for name in figures:
-            assert float(last[header.index(name)]) == run["summary"][f"val_{name}"], name
+            written, final = last[header.index(name)], run["summary"][f"val_{name}"]
+            assert float(written) == final, f"metrics.csv holds {name} as {written}, the run's figure is {final!r}"
