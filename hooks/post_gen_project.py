@@ -46,8 +46,8 @@ RESEARCH_ONLY = (
         "plot", "precision", "resume", "run_files", "settings", "steps", "stop_signals", "study", "task_contract",
         "tools", "tracking", "train")),
     # Exercises about what the teaching size leaves out: accumulation, mid-epoch resume, cuDNN on a GPU.
-    "exercises/08-cudnn-benchmark", "exercises/09-micro-batches-share-one-key",
-    "exercises/10-loader-position-not-restored",
+    "exercises/10-cudnn-benchmark", "exercises/11-micro-batches-share-one-key",
+    "exercises/12-loader-position-not-restored",
 )
 TEACHING_ONLY = (
     "notebooks",
