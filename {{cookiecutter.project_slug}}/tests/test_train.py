@@ -353,6 +353,27 @@ def test_a_run_started_from_a_file_resumes_without_it_to_the_weights_of_one_neve
     assert resumed.weights == whole.weights and resumed.metrics == whole.metrics
 
 
+def test_verify_reruns_a_run_from_its_init_from_file_and_refuses_in_one_line_once_the_file_changed(tmp_path, capsys):
+    """The re-run starts from the file the run recorded: with it unchanged, REPRODUCED; once it holds
+    other weights, or is gone, a re-run would prove nothing: one line, exit 2, nothing re-run."""
+    from {{ cookiecutter.project_slug }} import verify
+
+    saved_initial_weights(tmp_path / "start.pt")
+    flags = [*FAST, "--epochs", "1", "--init-from", str(tmp_path / "start.pt")]
+    assert main(["--out", str(tmp_path / "run"), *flags]) == 0
+    capsys.readouterr()
+    assert verify.main([str(tmp_path / "run")]) == 0
+    assert "REPRODUCED" in capsys.readouterr().out
+    saved_initial_weights(tmp_path / "start.pt", seed=7)  # other weights under the recorded name
+    for says in ("holds other weights than the run started from", "is gone: put the file back"):
+        with pytest.raises(SystemExit) as exit_info:
+            verify.main([str(tmp_path / "run")])
+        captured = capsys.readouterr()
+        (line,) = captured.err.strip().splitlines()
+        assert exit_info.value.code == 2 and says in line and "re-running" not in captured.out, line
+        (tmp_path / "start.pt").unlink(missing_ok=True)  # then: the file gone
+
+
 def one_tensor_fewer(path) -> None:
     weights = saved_initial_weights(path)
     torch.save(dict(list(weights.items())[1:]), path)

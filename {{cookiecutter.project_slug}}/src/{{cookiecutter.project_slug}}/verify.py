@@ -86,7 +86,7 @@ def machine_check(original: Run) -> tuple[str | None, list[str]]:
         config = Config.from_dict(original.config)[0]
     except (TypeError, ValueError) as error:
         return f"{original.path / 'config.json'}: {error}", []
-    refusal = incompatibility(original.environment, config.cpu_kernels == "portable")
+    refusal = incompatibility(original.environment, config.cpu_kernels == "portable") or init_from_problem(config)
     if refusal is not None:
         return f"cannot verify {original.path}: {refusal}", []
     try:
@@ -143,6 +143,27 @@ def verify(original: Run, steps: int | None = None, keep: bool = False) -> tuple
             print(f"re-run kept in {scratch / 'run'}")
         else:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def init_from_problem(config) -> str | None:
+    """Why the re-run cannot start from the weights the run started from (--init-from's file gone,
+    or holding other weights since: a re-run from them would prove nothing), or None."""
+    from .engine.checkpoint import read_model_weights  # torch, which a bad RUN_DIR never needs
+    from .utils.repro import state_dict_sha256
+
+    if config.init_from == "none":
+        return None
+    if not Path(config.init_from).is_file():
+        return f"--init-from {config.init_from}, the weights the run started from, is gone: put the file back"
+    try:
+        weights, _ = read_model_weights(Path(config.init_from))
+    except ValueError as error:
+        return f"--init-from {config.init_from}: {error}"
+    now = state_dict_sha256(weights)
+    if now != config.init_from_sha256:
+        return (f"--init-from {config.init_from} holds other weights than the run started from (weights_sha256 "
+                f"{now[:12]}..., recorded {config.init_from_sha256[:12]}...): put the file back")
+    return None
 
 
 def launches(history: list[dict], world_size: int, steps: int | None) -> list[tuple[int, list[str]]]:
