@@ -228,7 +228,6 @@ def test_a_line_broken_inside_a_chinese_sentence_is_found():
     assert lines_wrapped_inside_a_sentence("第一句。\n第二句。\n```\n代码，\n代码\n```\n") == []
 
 
-
 def test_no_template_file_that_holds_jinja_is_taken_for_binary():
     """cookiecutter copies a file that binaryornot takes for binary as it is, Jinja and all: a Chinese
     page whose first bytes end inside a character can be taken so, after an edit that moved them."""
