@@ -28,8 +28,8 @@ PACKAGE = ROOT / "{{cookiecutter.project_slug}}" / "src" / "{{cookiecutter.proje
 
 STUDENT_FILES = ("utils/__init__.py", "utils/repro.py", "utils/device.py", "utils/data.py")
 ENGINE_FILES = tuple(f"engine/{name}.py" for name in (
-    "checkpoint", "contract", "distributed", "files", "loader", "loop", "optim", "precision", "run_folder", "runs",
-    "signals", "startup", "statistics", "tracking", "world_sizes"))
+    "checkpoint", "contract", "distributed", "files", "invariant", "loader", "loop", "optim", "precision",
+    "run_folder", "runs", "signals", "startup", "statistics", "tracking", "world_sizes"))
 VENDORED = STUDENT_FILES + ENGINE_FILES
 # Jinja's opening markers: a vendored file is rendered like every template file, so it must hold none
 # (the bake would then differ from the core).

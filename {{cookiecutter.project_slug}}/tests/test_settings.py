@@ -48,6 +48,7 @@ PERTURBED = {
     "min_lr": DEFAULTS.lr / 10, "decay_steps": 2, "momentum": 0.5, "beta2": 0.95, "weight_decay": 0.05,
     "weight_decay_on": "weights", "clip_grad_norm": 0.01, "width": max(1, DEFAULTS.width // 2),
     "dropout": 0.5 if DEFAULTS.dropout != 0.5 else 0.1, "precision": "bf16",
+    "invariant_shards": 4,  # 4 passes of 4 samples a step, not 1 of 16 (1 shard: one pass, as without it)
 }
 REFERENCES = {"adamw": ["--optimizer", "adamw"], "one_cycle": ["--schedule", "one-cycle"],
               "default_epochs": ["--epochs", str(DEFAULTS.epochs)]}

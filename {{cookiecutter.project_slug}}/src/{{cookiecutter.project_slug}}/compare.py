@@ -8,8 +8,9 @@ metrics row and the weight hash), 1 otherwise, 2 for a folder that cannot be rea
 only in their evaluation settings (--eval-every, --val-batch-size) and have the same weights and
 training rows are told apart as that. An environment entry that follows from a setting that
 differs (the hash seed from --seed, the threads from --threads) is named so, with no advice. A run
-resumed with another world size says so (world_sizes.json), and from which step. A setting that
-one run did not record (it is older than the setting) counts as its default.
+resumed with another world size says so (world_sizes.json), and from which step; two runs made with
+the same --invariant-shards may be IDENTICAL on other numbers of processes (that is the mode's
+promise). A setting that one run did not record (it is older than the setting) counts as its default.
 """
 
 from __future__ import annotations
@@ -92,8 +93,12 @@ def verdict(a: Run, b: Run, config_a: dict, config_b: dict, divergence: str | No
     """The last line and the exit status: IDENTICAL (0); DIFFERENT evaluations only (1) when only
     evaluation settings differ and the weights and training rows are the same; DIFFERENT (1)."""
     # Execution-only settings (workers, checkpoint interval) may differ: they change no result.
-    results = tuple(key for key in dict.fromkeys([*config_a, *config_b]) if key not in EXECUTION_ONLY)
-    same_weights = a.world_sizes == b.world_sizes and a.weights is not None and a.weights == b.weights
+    # --invariant-shards, the same in both: the number of processes changes no bit (engine/invariant.py).
+    anywhere = bool(config_a.get("invariant_shards")) and config_a.get("invariant_shards") == config_b.get(
+        "invariant_shards")
+    results = tuple(key for key in dict.fromkeys([*config_a, *config_b])
+                    if key not in EXECUTION_ONLY and not (anywhere and key == "world_size"))
+    same_weights = (anywhere or a.world_sizes == b.world_sizes) and a.weights is not None and a.weights == b.weights
     if same_weights and divergence is None and not differences(config_a, config_b, results):
         return "IDENTICAL", 0
     evaluation = [name for name in results if effect_of_or_none(name) == "evaluation"]

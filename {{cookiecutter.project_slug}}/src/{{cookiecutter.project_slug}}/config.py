@@ -188,6 +188,11 @@ class Config:
                             "it, gradients are averaged) or fsdp (each holds a shard of the weights, gradients and "
                             "optimizer state: FSDP2); their reductions may differ in the last bits, so it is kept "
                             "on --resume", choices=PARALLEL, effect="machine")
+    invariant_shards: int = setting(0, "the same bits on any number of processes (world-size invariant, DDP): cut "
+                                    "each batch into N shards, each a forward and backward pass of its own whichever "
+                                    "process holds it, the gradients added in shard order; 1, 2, 4 ... processes (any "
+                                    "divisor of N) then give the same weights, a run resumes or verifies on another "
+                                    "number (docs/distributed.md; 0: off, plain DDP)", integer(0))
     world_size: int = setting(1, "processes under torchrun (set by torchrun)", effect="fixed")
     # How the run executes: --resume may change these.
     num_workers: int = setting(0, "DataLoader worker processes", integer(0), effect="execution")
@@ -225,10 +230,32 @@ class Config:
         if self.early_stop and self.keep_best == "off":
             return ("--early-stop needs the figure it watches: add --keep-best min:NAME or max:NAME (min:loss, say); "
                     "the run stops when that figure has not improved for --early-stop evaluations")
+        problem = self.invariance_problem()
+        if problem:
+            return problem
         per_step = self.world_size * self.accumulate
         if self.batch_size % per_step:
             return (f"--batch-size {self.batch_size} is not a multiple of {self.world_size} process(es) x "
                     f"{self.accumulate} micro-batch(es) per step, so they cannot share it equally")
+        return None
+
+    def invariance_problem(self) -> str | None:
+        """What --invariant-shards cannot do with these settings, as one sentence, or None."""
+        shards = self.invariant_shards
+        if not shards:
+            return None
+        if self.parallel == "fsdp":
+            return ("--invariant-shards is for --parallel ddp: FSDP's reduce-scatter adds the gradients in an order of "
+                    "its own, which depends on the number of processes")
+        if self.precision == "fp16":
+            return ("--invariant-shards does not take --precision fp16 (its loss scale would be each process's own): "
+                    "use bf16 or fp32")
+        if shards % self.world_size:
+            return (f"--invariant-shards {shards} is not a multiple of {self.world_size} processes: each process must "
+                    f"hold as many shards (run on a divisor of {shards}, or change --invariant-shards)")
+        if self.batch_size % (shards * self.accumulate):
+            return (f"--batch-size {self.batch_size} is not a multiple of --invariant-shards {shards} x --accumulate "
+                    f"{self.accumulate}: every shard of a micro-batch must hold as many samples")
         return None
 
     def schedule_problem(self) -> str | None:

@@ -7,7 +7,9 @@ The re-run goes into a scratch folder (RUN_DIR is never touched) with the flags 
 RUN_DIR/config.json (a setting the run did not record, being older than it, takes its default);
 a run made by torchrun on one machine is re-run under torchrun, with its world size. A run that
 was resumed with another world size (world_sizes.json) is re-run the same way: stopped at each
-step where its world size changed, and resumed with the next one. Prints
+step where its world size changed, and resumed with the next one. A run made with
+--invariant-shards gives the same bits on any world size that divides its shards: `--world-size N`
+re-runs it on N processes (1: a plain process, no torchrun), in one launch. Prints
 REPRODUCED and the weight hash, exit 0; or the first step where the two runs part (metric and
 both values), exit 1. Before it re-runs, it lists what differs between the machine that made the
 run and this one (CPU instruction sets, library versions, GPU, threads), each with whether it is
@@ -21,6 +23,7 @@ that fails): one line, exit 2.
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 import tempfile
@@ -39,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     parser.add_argument("--steps", type=int, default=None, help="verify only the first N optimizer steps")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder of the re-run")
+    parser.add_argument("--world-size", type=processes, default=None, metavar="N",
+                        help="re-run on N processes: a run made with --invariant-shards, on a divisor of its shards "
+                             "(default: the world size it recorded)")
     args = parser.parse_args(argv)
     if args.steps is not None and args.steps < 1:
         parser.error(f"--steps must be at least 1, not {args.steps}")
@@ -59,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     if scratch_problem():  # the re-run goes into a scratch folder
         parser.error(scratch_problem())
 
-    refusal, differing = machine_check(original)
+    refusal, differing = machine_check(original, args.world_size)
     if refusal is not None:
         refuse("verify", refusal)
     if differing:
@@ -68,16 +74,24 @@ def main(argv: list[str] | None = None) -> int:
     what = (f"the first {args.steps} of its {recorded_steps} steps" if args.steps
             else f"all {recorded_steps} steps")
     print(f"re-running {what} of {args.run_dir} in a fresh process...", flush=True)
-    code, lines = verify(original, args.steps, keep=args.keep)
+    code, lines = verify(original, args.steps, keep=args.keep, world_size=args.world_size)
     if code == 2:
         refuse("verify", lines[-1])
     print("\n".join(lines))
     return code
 
 
-def machine_check(original: Run) -> tuple[str | None, list[str]]:
-    """(why this machine cannot re-run `original` at all, or None; the machine's entries that differ
-    from the recorded ones, each explained), known before any re-run."""
+def processes(text: str) -> int:
+    """--world-size: a number of processes, at least 1."""
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of processes, at least 1, not {text!r}")
+    return int(text)
+
+
+def machine_check(original: Run, world_size: int | None = None) -> tuple[str | None, list[str]]:
+    """(why this machine cannot re-run `original` at all, on `world_size` processes if given, or
+    None; the machine's entries that differ from the recorded ones, each explained), known before
+    any re-run."""
     from .config import Config  # imported here: torch, which a bad RUN_DIR never needs
     from .engine.environment import MACHINE_KEYS, explained_differences, incompatibility, machine_environment
     from .utils.device import select_device
@@ -86,7 +100,8 @@ def machine_check(original: Run) -> tuple[str | None, list[str]]:
         config = Config.from_dict(original.config)[0]
     except (TypeError, ValueError) as error:
         return f"{original.path / 'config.json'}: {error}", []
-    refusal = incompatibility(original.environment, config.cpu_kernels == "portable") or init_from_problem(config)
+    refusal = (incompatibility(original.environment, config.cpu_kernels == "portable") or init_from_problem(config)
+               or (world_size_problem(original, world_size) if world_size is not None else None))
     if refusal is not None:
         return f"cannot verify {original.path}: {refusal}", []
     try:
@@ -94,6 +109,23 @@ def machine_check(original: Run) -> tuple[str | None, list[str]]:
     except ValueError as error:
         return f"cannot verify {original.path}: {error}", []
     return None, explained_differences(original.environment, machine_environment(config, device), MACHINE_KEYS)
+
+
+def world_size_problem(original: Run, world_size: int) -> str | None:
+    """Why `original` cannot be re-run on `world_size` processes to the same bits, or None."""
+    from .config import Config  # imported here: torch, which a bad RUN_DIR never needs
+
+    config = Config.from_dict(original.config)[0]
+    if world_size == config.world_size and not original.world_sizes:
+        return None
+    if not config.invariant_shards:
+        return (f"--world-size {world_size}: {original.path} ran on "
+                f"{describe(original.world_sizes, config.world_size)} without --invariant-shards, and its bits "
+                "depend on that: verify it on the same number")
+    if config.invariant_shards % world_size:
+        return (f"--world-size {world_size} does not divide the run's --invariant-shards {config.invariant_shards}: "
+                "verify it on a divisor")
+    return None
 
 
 def fingerprint_lines(original: Run) -> list[str]:
@@ -112,9 +144,11 @@ def fingerprint_lines(original: Run) -> list[str]:
             *(f"  {line}" for line in lines if line.startswith("portable:"))]
 
 
-def verify(original: Run, steps: int | None = None, keep: bool = False) -> tuple[int, list[str]]:
+def verify(original: Run, steps: int | None = None, keep: bool = False,
+           world_size: int | None = None) -> tuple[int, list[str]]:
     """Re-runs `original` in a fresh process in a scratch folder and compares: (exit code, report).
-    Exit code 2 means it could not be verified; the last line then says why."""
+    Exit code 2 means it could not be verified; the last line then says why. `world_size`: re-run
+    on that many processes, in one launch (a run made with --invariant-shards; None: as recorded)."""
     from .config import Config, config_to_flags  # imported here: torch, which a bad RUN_DIR never needs
 
     try:
@@ -123,21 +157,28 @@ def verify(original: Run, steps: int | None = None, keep: bool = False) -> tuple
         return 2, [f"{original.path / 'config.json'}: {error}"]
     notes = ([f"note: the run did not record {', '.join(added)} (it is older than these settings): "
               "re-run with their defaults"] if added else [])
-    if original.world_sizes:
+    anywhere = world_size is not None and bool(config.invariant_shards)  # one launch on `world_size` processes
+    if anywhere:
+        notes.append(f"note: the run ran on {describe(original.world_sizes, config.world_size)}; with "
+                     f"--invariant-shards {config.invariant_shards} it is re-run on {world_size} "
+                     f"process{'es' if world_size != 1 else ''} in one launch, for the same bits")
+    elif original.world_sizes:
         notes.append(f"note: the run went on with {describe(original.world_sizes, config.world_size)}: "
                      "re-run the same way")
     scratch = Path(tempfile.mkdtemp(prefix="verify-"))
     try:
         command = [*config_to_flags(config), "--out", str(scratch / "run")]
-        for world_size, flags in launches(original.world_sizes, config.world_size, steps):
-            process = launch_training(*command, *flags, world_size=world_size, torchrun=config.parallel == "fsdp")
+        runs = ([(world_size, ["--stop-after-steps", str(steps)] if steps is not None else [])] if anywhere
+                else launches(original.world_sizes, config.world_size, steps))
+        for size, flags in runs:
+            process = launch_training(*command, *flags, world_size=size, torchrun=config.parallel == "fsdp")
             _, stderr = process.communicate()
             if process.returncode != 0:
                 last = (stderr.strip().splitlines() or ["(no output)"])[-1]
                 return 2, [*notes, f"cannot verify: the re-run failed: {last}"]
             command = ["--out", str(scratch / "run"), "--resume"]
         rerun = read_run(scratch / "run")
-        return report(original, config.to_dict(), rerun, steps, notes)
+        return report(original, config.to_dict(), rerun, steps, notes, any_world_size=anywhere)
     finally:
         if keep:
             print(f"re-run kept in {scratch / 'run'}")
@@ -184,22 +225,26 @@ def launches(history: list[dict], world_size: int, steps: int | None) -> list[tu
     return result
 
 
-def report(original: Run, config: dict, rerun: Run, steps: int | None, lines: list[str]) -> tuple[int, list[str]]:
-    """`config`: the original's settings, with the defaults of those it did not record."""
+def report(original: Run, config: dict, rerun: Run, steps: int | None, lines: list[str],
+           any_world_size: bool = False) -> tuple[int, list[str]]:
+    """`config`: the original's settings, with the defaults of those it did not record.
+    `any_world_size`: the re-run's world size may differ (--invariant-shards)."""
     lines = list(lines)
-    environment = environment_differences(original.environment, rerun.environment)
+    ignored = ("world_size",) if any_world_size else ()
+    environment = [line for line in environment_differences(original.environment, rerun.environment)
+                   if line.partition(":")[0] not in ignored]
     if environment:
         lines.append("environment differs, so PyTorch does not promise bitwise equality:")
         lines += [f"  {line}" for line in environment]
     else:
         lines.append("environment: the same (python, torch, numpy, CUDA, cuDNN, device, threads, hash seed, flags)")
-    changed = differences(config, rerun.config)
+    changed = [line for line in differences(config, rerun.config) if line.partition(":")[0] not in ignored]
     if changed:
         lines.append("config differs (the code's fixed settings changed since the run):")
         lines += [f"  {line}" for line in changed]
 
     divergence = first_divergence(original, rerun, rows=len(rerun.metrics) if steps is not None else None)
-    if divergence is None and steps is None and original.world_sizes != rerun.world_sizes:
+    if divergence is None and steps is None and original.world_sizes != rerun.world_sizes and not any_world_size:
         divergence = f"the world sizes: {original.world_sizes} vs {rerun.world_sizes}"
     if divergence is None and steps is None and original.weights != rerun.weights:
         divergence = f"final weights: {original.weights} vs {rerun.weights}"

@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..utils.data import EpochSampler, KeyedRandomness
 from ..utils.repro import Stream, derive_seed
+from .invariant import ShardBatches
 
 
 class ShardedEpochSampler(EpochSampler):
@@ -35,12 +36,15 @@ class ShardedEpochSampler(EpochSampler):
     (their gradient all-reduces must pair up). Evaluation does not pad: no sample counts twice.
     Call set_epoch(e, start) before each epoch: `start` skips the epoch's first samples, those a
     resumed run has trained on already (a multiple of the global batch, and so of w).
+    `pad_multiple` (a multiple of w; default w) is what the order is padded to a multiple of:
+    --invariant-shards N pads to N, so that the padding is the same whatever the world size.
     """
 
     def __init__(self, size: int, seed: int, shuffle: bool, rank: int = 0, world_size: int = 1,
-                 pad: bool = True) -> None:
+                 pad: bool = True, pad_multiple: int | None = None) -> None:
         super().__init__(size, seed, shuffle)
         self.rank, self.world_size, self.pad = rank, world_size, pad
+        self.multiple = pad_multiple or world_size
         self.start = 0
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
@@ -49,8 +53,8 @@ class ShardedEpochSampler(EpochSampler):
     def order(self) -> list[int]:
         """The epoch's whole order (every rank's samples, padded), from its beginning."""
         order = super().order()
-        if self.pad and self.size % self.world_size:
-            order += order[: self.world_size - self.size % self.world_size]
+        if self.pad and self.size % self.multiple:
+            order += (order * self.multiple)[: self.multiple - self.size % self.multiple]
         return order
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
@@ -58,7 +62,7 @@ class ShardedEpochSampler(EpochSampler):
         return iter([(epoch, index) for index in self.order()[self.start + self.rank :: self.world_size]])
 
     def __len__(self) -> int:
-        padded = self.size + (-self.size % self.world_size if self.pad else 0)
+        padded = self.size + (-self.size % self.multiple if self.pad else 0)
         return len(range(self.start + self.rank, padded, self.world_size))
 
 
@@ -94,15 +98,22 @@ class CtrlCSafeLoader(DataLoader):
 
 def make_sharded_loader(dataset: Dataset, batch_size: int, seed: int, train: bool, num_workers: int = 0,
                         persistent_workers: bool = False, prefetch_factor: int | None = None,
-                        rank: int = 0, world_size: int = 1) -> DataLoader:
+                        rank: int = 0, world_size: int = 1, invariant_shards: int = 0) -> DataLoader:
     """utils/data.py's make_loader for a run: `batch_size` is this process's micro-batch. Training
     shuffles (and pads under torchrun); validation keeps the dataset's order. Under torchrun, each
-    rank gets its share of the one order (see ShardedEpochSampler)."""
+    rank gets its share of the one order (see ShardedEpochSampler). With `invariant_shards` N
+    (engine/invariant.py), training pads to a multiple of N, and validation is scored shard by
+    shard, in batches of `batch_size` that never mix two shards (ShardBatches)."""
     stream = Stream.TRAIN_SAMPLE if train else Stream.VAL_SAMPLE
+    if invariant_shards and not train:
+        batching = {"batch_sampler": ShardBatches(len(dataset), invariant_shards, batch_size, rank, world_size)}
+    else:
+        batching = {"batch_size": batch_size, "sampler": ShardedEpochSampler(
+            len(dataset), seed, shuffle=train, rank=rank, world_size=world_size, pad=train,
+            pad_multiple=invariant_shards or None)}
     return CtrlCSafeLoader(
         KeyedRandomness(dataset, seed, stream),
-        batch_size=batch_size,
-        sampler=ShardedEpochSampler(len(dataset), seed, shuffle=train, rank=rank, world_size=world_size, pad=train),
+        **batching,
         num_workers=num_workers,
         worker_init_fn=ignore_sigint_in_worker,
         # The loader draws its workers' base seed from this generator, never from the global

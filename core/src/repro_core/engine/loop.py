@@ -61,8 +61,10 @@ class StepRows:
     in one transfer: every `every` steps, and whenever the caller flushes (a checkpoint, the end
     of an epoch, a stop)."""
 
-    def __init__(self, log: MetricsLog, task: ModuleType, device: torch.device, every: int) -> None:
+    def __init__(self, log: MetricsLog, task: ModuleType, device: torch.device, every: int,
+                 over_ranks: bool = True) -> None:
         self.log, self.task, self.device, self.every = log, task, device, every
+        self.over_ranks = over_ranks  # False: each step's sums are already over every rank (--invariant-shards)
         self.pending: list[tuple[int, int, Sums, torch.Tensor | bool, float]] = []
         self.epoch_losses: list[float] = []  # the training losses written for the epoch in progress
 
@@ -82,7 +84,8 @@ class StepRows:
         pending, self.pending = self.pending, []
         stacked = {name: stack([sums[name] for _, _, sums, *_ in pending], self.device) for name in pending[0][2]}
         stacked["~unfinite"] = (~stack([finite for *_, finite, _ in pending], self.device).bool()).to(torch.int64)
-        distributed.sum_over_ranks(stacked)
+        if self.over_ranks:
+            distributed.sum_over_ranks(stacked)
         figures = [{**self.task.metrics_from_sums({name: value[i] for name, value in stacked.items()
                                                    if name != "~unfinite"}), "~unfinite": stacked["~unfinite"][i]}
                    for i in range(len(pending))]

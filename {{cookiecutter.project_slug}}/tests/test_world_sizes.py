@@ -1,0 +1,161 @@
+"""Specifications of --invariant-shards: one run, the same bits on 1, 2 or 4 processes.
+
+Under plain DDP the weights change with the number of processes (the last test of
+test_distributed.py, and the negative control below). With --invariant-shards N each batch is cut
+into N shards, each a forward and backward pass of its own whichever process holds it, and the
+gradients are added in shard order (engine/invariant.py). Then, for this project's task:
+1, 2 and 4 processes give the same weights and the same metrics.csv; a run stopped on 2 processes
+and resumed on 1 or on 4 equals the run that never stopped; verify re-runs a 4-process run on 1
+process, and a run resumed on 4 on 2, and says REPRODUCED; compare calls such runs IDENTICAL; what
+the mode cannot do is refused in one line. The runs under torchrun are in the distributed tier
+(`pytest -m distributed`); the refusals and the fixed-order sum are in the plain one.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import pytest
+import torch
+
+from my_project import DEFAULT_SEED
+from my_project.config import Config
+from my_project.engine.invariant import in_shard_order
+
+from conftest import FAST, PACKAGE, once, python_env, read_run, start, start_module, steps_per_epoch, torchrun, value_of
+
+SHARDS = ("--invariant-shards", "4")
+TRAIN = ("-m", f"{PACKAGE}.train", *FAST)
+
+
+def test_the_shards_gradients_are_added_in_shard_order():
+    # float32 values whose sum depends on the order (1e8 + 1 is 1e8): only 0, 1, 2, 3 gives 1.
+    rows = [torch.tensor([1e8]), torch.tensor([1.0]), torch.tensor([-1e8]), torch.tensor([1.0])]
+    assert in_shard_order(rows, world_size=1).item() == 1.0
+    assert torch.stack(rows).flip(0).sum(0).item() != 1.0
+
+
+@pytest.mark.parametrize(("changes", "says"), [
+    ({"invariant_shards": 4, "world_size": 3}, "--invariant-shards 4 is not a multiple of 3 processes"),
+    ({"invariant_shards": 4, "batch_size": 18}, "--batch-size 18 is not a multiple of --invariant-shards 4"),
+    ({"invariant_shards": 4, "batch_size": 16, "accumulate": 8}, "x --accumulate 8"),
+    ({"invariant_shards": 2, "parallel": "fsdp"}, "--invariant-shards is for --parallel ddp"),
+    ({"invariant_shards": 2, "precision": "fp16"}, "does not take --precision fp16"),
+])
+def test_settings_the_mode_cannot_keep_invariant_are_one_sentence(changes, says):
+    problem = Config(**changes).problem()
+    assert problem is not None and says in problem and "\n" not in problem
+
+
+def test_a_model_with_sync_batchnorm_is_refused_in_one_line_before_anything_is_written(tmp_path):
+    code = (f"import sys\nfrom torch import nn\nfrom {PACKAGE} import task, train\nmake = task.make_model\n"
+            "def with_sync(config, train_set):\n    model = make(config, train_set)\n"
+            "    model.synced = nn.SyncBatchNorm(4)\n    return model\n"
+            "task.make_model = with_sync\nsys.exit(train.main(sys.argv[1:]))\n")
+    process = start([sys.executable, "-c", code, *FAST, *SHARDS, "--out", str(tmp_path / "run")], tmp_path / "run.log",
+                    env=python_env(PYTHONHASHSEED=str(DEFAULT_SEED)))
+    assert process.wait() == 2
+    assert process.stderr.strip().count("\n") == 0 and "SyncBatchNorm" in process.stderr, process.stderr
+    assert not (tmp_path / "run" / "metrics.csv").exists()
+
+
+def launch(root):
+    """The runs, each in fresh processes, started at once: --invariant-shards 4 on 1, 2 and 4
+    processes; one on 2 stopped mid-epoch, then resumed on 1 and on 4; plain DDP on 1 and 2 (the
+    negative control); a launch on 3 processes (refused)."""
+    stop = steps_per_epoch() // 2 + 1
+    commands = {
+        "one": [sys.executable, *TRAIN, *SHARDS],
+        "two": torchrun(2, *TRAIN, *SHARDS),
+        "four": torchrun(4, *TRAIN, *SHARDS),
+        "stopped": torchrun(2, *TRAIN, *SHARDS, "--stop-after-steps", str(stop)),
+        "plain_one": [sys.executable, *TRAIN],
+        "plain_two": torchrun(2, *TRAIN),
+        "three": torchrun(3, *TRAIN, *SHARDS),
+    }
+    processes = {name: start([*command, "--out", str(root / name)], root / f"{name}.log")
+                 for name, command in commands.items()}
+    codes = {name: process.wait() for name, process in processes.items()}
+    for name, code in codes.items():
+        assert code == 0 or name == "three", f"{name}:\n{processes[name].stderr[-3000:]}"
+    for name in ("to_one", "to_four"):
+        shutil.copytree(root / "stopped", root / name)
+    resumed = {"to_one": start([sys.executable, "-m", f"{PACKAGE}.train", "--out", str(root / "to_one"), "--resume"],
+                               root / "to_one.log"),
+               "to_four": start(torchrun(4, "-m", f"{PACKAGE}.train", "--out", str(root / "to_four"), "--resume"),
+                                root / "to_four.log")}
+    for name, process in resumed.items():
+        assert process.wait() == 0, f"{name}:\n{process.stderr[-3000:]}"
+    verified = {name: start_module("verify", str(root / name), "--world-size", size, log=root / f"verify-{name}.log")
+                for name, size in (("four", "1"), ("to_four", "2"), ("plain_two", "1"))}
+    compared = {(a, b): start_module("compare", str(root / a), str(root / b), log=root / f"compare-{a}-{b}.log")
+                for a, b in (("one", "four"), ("one", "to_four"), ("plain_one", "plain_two"))}
+    runs = {name: read_run(root / name) for name in ("one", "two", "four", "to_one", "to_four", "plain_one",
+                                                     "plain_two")}
+    return {"runs": runs, "three": (codes["three"], processes["three"].stderr, root / "three"),
+            "resumed": {name: process.stderr for name, process in resumed.items()},
+            "verified": {name: (process.wait(), process.stdout, process.stderr) for name, process in verified.items()},
+            "compared": {pair: (process.wait(), process.stdout) for pair, process in compared.items()}}
+
+
+@pytest.fixture(scope="module")
+def launched_or_failure(tmp_path_factory):
+    return once(lambda: launch(tmp_path_factory.mktemp("world_sizes")))
+
+
+@pytest.fixture
+def launched(launched_or_failure, request):
+    return value_of(launched_or_failure, request)
+
+
+@pytest.mark.distributed
+def test_one_two_and_four_processes_give_the_same_weights_and_the_same_metrics(launched):
+    one, two, four = (launched["runs"][name] for name in ("one", "two", "four"))
+    assert (one.config["world_size"], two.config["world_size"], four.config["world_size"]) == (1, 2, 4)
+    assert one.weights == two.weights == four.weights
+    assert one.metrics == two.metrics == four.metrics  # every step's loss and every evaluation, bit for bit
+
+
+@pytest.mark.distributed
+def test_plain_ddp_gives_other_weights_on_another_number_of_processes(launched):
+    """The negative control: without the mode, the same run on 1 and 2 processes parts."""
+    runs = launched["runs"]
+    assert runs["plain_one"].weights != runs["plain_two"].weights
+    assert runs["plain_two"].weights != runs["two"].weights  # and the mode is not plain DDP's result
+
+
+@pytest.mark.distributed
+def test_a_run_stopped_on_two_processes_resumes_on_one_or_four_to_the_run_that_never_stopped(launched):
+    runs = launched["runs"]
+    for name, size in (("to_one", 1), ("to_four", 4)):
+        assert runs[name].world_sizes[-1]["world_size"] == size  # world_sizes.json records the change
+        assert runs[name].metrics == runs["two"].metrics, name
+        assert runs[name].weights == runs["two"].weights, name
+        assert "with --invariant-shards it stays, bit for bit, the run that never changed" in launched["resumed"][name]
+
+
+@pytest.mark.distributed
+def test_verify_reruns_a_run_on_fewer_processes_than_it_used_and_reproduces_it(launched):
+    for name in ("four", "to_four"):
+        code, stdout, stderr = launched["verified"][name]
+        assert code == 0, f"{name}:\n{stdout}\n{stderr}"
+        assert f"REPRODUCED weights_sha256 {launched['runs'][name].weights}" in stdout
+
+
+@pytest.mark.distributed
+def test_compare_calls_runs_of_the_mode_on_other_numbers_of_processes_identical_and_plain_ddps_different(launched):
+    for pair in (("one", "four"), ("one", "to_four")):
+        code, stdout = launched["compared"][pair]
+        assert (code, stdout.strip().splitlines()[-1]) == (0, "IDENTICAL"), stdout
+    code, stdout = launched["compared"][("plain_one", "plain_two")]
+    assert (code, stdout.strip().splitlines()[-1]) == (1, "DIFFERENT"), stdout
+
+
+@pytest.mark.distributed
+def test_what_the_mode_cannot_keep_invariant_is_refused_in_one_line(launched):
+    code, stderr, folder = launched["three"]
+    assert code != 0 and "--invariant-shards 4 is not a multiple of 3 processes" in stderr
+    assert not (folder / "metrics.csv").exists()
+    code, stdout, stderr = launched["verified"]["plain_two"]  # a plain DDP run: its bits depend on the world size
+    assert code == 2 and "without --invariant-shards" in stderr and stderr.strip().count("\n") == 0, stderr
