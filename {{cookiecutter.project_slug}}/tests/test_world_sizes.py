@@ -13,6 +13,7 @@ the mode cannot do is refused in one line. The runs under torchrun are in the di
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 
@@ -89,6 +90,8 @@ def launch(root):
         assert process.wait() == 0, f"{name}:\n{process.stderr[-3000:]}"
     verified = {name: start_module("verify", str(root / name), "--world-size", size, log=root / f"verify-{name}.log")
                 for name, size in (("four", "1"), ("to_four", "2"), ("plain_two", "1"))}
+    evaluated = start_module("evaluate", str(root / "four"), "--json", str(root / "evaluated.json"),
+                             log=root / "evaluate-four.log")
     compared = {(a, b): start_module("compare", str(root / a), str(root / b), log=root / f"compare-{a}-{b}.log")
                 for a, b in (("one", "four"), ("one", "to_four"), ("plain_one", "plain_two"))}
     runs = {name: read_run(root / name) for name in ("one", "two", "four", "to_one", "to_four", "plain_one",
@@ -96,7 +99,8 @@ def launch(root):
     return {"runs": runs, "three": (codes["three"], processes["three"].stderr, root / "three"),
             "resumed": {name: process.stderr for name, process in resumed.items()},
             "verified": {name: (process.wait(), process.stdout, process.stderr) for name, process in verified.items()},
-            "compared": {pair: (process.wait(), process.stdout) for pair, process in compared.items()}}
+            "compared": {pair: (process.wait(), process.stdout) for pair, process in compared.items()},
+            "evaluated": (evaluated.wait(), root / "evaluated.json", evaluated.stderr)}
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +145,15 @@ def test_verify_reruns_a_run_on_fewer_processes_than_it_used_and_reproduces_it(l
         code, stdout, stderr = launched["verified"][name]
         assert code == 0, f"{name}:\n{stdout}\n{stderr}"
         assert f"REPRODUCED weights_sha256 {launched['runs'][name].weights}" in stdout
+
+
+@pytest.mark.distributed
+def test_evaluate_in_one_process_gives_exactly_a_four_process_runs_own_figures(launched):
+    code, result, stderr = launched["evaluated"]
+    assert code == 0, stderr
+    summary, figures = launched["runs"]["four"].summary, json.loads(result.read_text())["figures"]
+    assert figures == {name: summary[f"val_{name}"] for name in figures}
+    assert "note:" not in stderr  # no "the last bits may differ": the shards' sums add up alike
 
 
 @pytest.mark.distributed

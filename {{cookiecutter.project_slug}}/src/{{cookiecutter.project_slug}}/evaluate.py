@@ -137,7 +137,8 @@ def evaluate_run(run: Run, weights_path: Path, split: str, device_name: str | No
     loader = make_loaders(dataset, dataset, replace(config, world_size=1))[1]
     figures = evaluate(model, loader, device, config.precision)
     note = (f"the run was made on {config.world_size} processes, which added their sums in another order: "
-            "the last bits may differ from its own figures" if config.world_size > 1 else None)
+            "the last bits may differ from its own figures" if config.world_size > 1 and not config.invariant_shards
+            else None)  # --invariant-shards: the sums are added in shard order on any number of processes
     return {"run": str(run.path), "weights": str(weights_path), "weights_sha256": digest, "step": step,
             "split": split, "samples": len(loader.dataset), "device": str(device),
             "python_hash_seed": os.environ.get("PYTHONHASHSEED"), "figures": figures, "note": note}
