@@ -20,9 +20,9 @@ import sys
 import pytest
 import torch
 
-from my_project import DEFAULT_SEED
-from my_project.config import Config
-from my_project.engine.invariant import in_shard_order
+from {{ cookiecutter.project_slug }} import DEFAULT_SEED
+from {{ cookiecutter.project_slug }}.config import Config
+from {{ cookiecutter.project_slug }}.engine.invariant import in_shard_order
 
 from conftest import FAST, PACKAGE, once, python_env, read_run, start, start_module, steps_per_epoch, torchrun, value_of
 
@@ -49,11 +49,31 @@ def test_settings_the_mode_cannot_keep_invariant_are_one_sentence(changes, says)
     assert problem is not None and says in problem and "\n" not in problem
 
 
+# The task's model, held beside a SyncBatchNorm that its forward pass does not use (a Sequential's
+# own attribute would join its chain).
+SYNC_BATCHNORM = """
+import sys
+from torch import nn
+from {package} import task, train
+
+
+class WithSyncBatchNorm(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.synced = model, nn.SyncBatchNorm(4)
+
+    def forward(self, *args, **kwargs):
+        return self.model(*args, **kwargs)
+
+
+make_model = task.make_model
+task.make_model = lambda config, train_set: WithSyncBatchNorm(make_model(config, train_set))
+sys.exit(train.main(sys.argv[1:]))
+"""
+
+
 def test_a_model_with_sync_batchnorm_is_refused_in_one_line_before_anything_is_written(tmp_path):
-    code = (f"import sys\nfrom torch import nn\nfrom {PACKAGE} import task, train\nmake = task.make_model\n"
-            "def with_sync(config, train_set):\n    model = make(config, train_set)\n"
-            "    model.synced = nn.SyncBatchNorm(4)\n    return model\n"
-            "task.make_model = with_sync\nsys.exit(train.main(sys.argv[1:]))\n")
+    code = SYNC_BATCHNORM.format(package=PACKAGE)
     process = start([sys.executable, "-c", code, *FAST, *SHARDS, "--out", str(tmp_path / "run")], tmp_path / "run.log",
                     env=python_env(PYTHONHASHSEED=str(DEFAULT_SEED)))
     assert process.wait() == 2
