@@ -145,3 +145,31 @@ def test_the_committed_fingerprint_names_the_operations_the_current_code_uses():
     for mode, found in record["modes"].items():
         assert found is not None, f"the record has no {mode} fingerprint"
         assert tuple(found["operations"]) == names["OPERATIONS"], "re-run: python benchmarks/fingerprint.py"
+
+
+def invariant_benchmark():
+    """benchmarks/invariant.py as a module (it imports benchmarks/memory.py beside it)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import invariant
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return invariant
+
+
+def test_invariant_py_gives_one_hash_for_the_mode_on_1_2_and_4_processes_and_three_for_plain_ddp(tmp_path):
+    results = smoke("invariant.py", tmp_path=tmp_path)
+    assert len(set(results["hashes"]["invariant"].values())) == 1, results["hashes"]
+    assert len(set(results["hashes"]["ddp"].values())) == 3, results["hashes"]  # the negative control
+    assert all(positive(results["median"][mode]["ms_per_step"]) for mode in ("ddp", "invariant"))
+    assert results["machine"]["command"] == f"python benchmarks/invariant.py --smoke --json {tmp_path / 'results.json'}"
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_the_distributed_docs_quote_the_committed_record_of_the_invariant_mode(language):
+    record = json.loads((ROOT / "benchmarks" / "results-invariant.json").read_text(encoding="utf-8"))
+    assert record["settings"]["max_samples"] == 0 and record["settings"]["rounds"] >= 3  # a full run, not a smoke
+    assert len(set(record["hashes"]["invariant"].values())) == 1 and len(set(record["hashes"]["ddp"].values())) == 3
+    page = docs_page("distributed", language).read_text(encoding="utf-8")
+    missing = [f"{name}: {text}" for name, text in invariant_benchmark().quoted(record).items() if text not in page]
+    assert not missing, f"docs/distributed.md ({language}) does not quote benchmarks/results-invariant.json: {missing}"
