@@ -189,7 +189,7 @@ WORKER = textwrap.dedent('''
         dist.init_process_group("gloo")
     torch.set_num_threads(1)
     hashes = {}
-    for mode in ("invariant", "plain"):
+    for mode in ("invariant", "accumulated", "plain"):
         torch.manual_seed(0)
         model = Net().train()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -197,6 +197,9 @@ WORKER = textwrap.dedent('''
             share = rank_share(data(step), rank, world)
             if mode == "invariant":
                 shard_step(model, [share], forward_of(model, step), SHARDS)
+            elif mode == "accumulated":  # two micro-batches of 8: each rank's share of each half of the batch
+                halves = [tuple(t[i * 8:(i + 1) * 8] for t in data(step)) for i in (0, 1)]
+                shard_step(model, [rank_share(half, rank, world) for half in halves], forward_of(model, step), SHARDS)
             else:
                 torch.manual_seed(10_000 * step + rank)
                 torch.nn.functional.cross_entropy(model(share[0]), share[1]).backward()
@@ -208,7 +211,7 @@ WORKER = textwrap.dedent('''
             optimizer.zero_grad(set_to_none=True)
         hashes[mode] = weights_sha256(model)
     with open(os.path.join(sys.argv[1], f"{world}-{rank}.txt"), "w") as out:
-        out.write(hashes["invariant"] + " " + hashes["plain"])
+        out.write(hashes["invariant"] + " " + hashes["plain"] + " " + hashes["accumulated"])
     if world > 1:
         dist.destroy_process_group()
 ''')
@@ -229,6 +232,7 @@ def free_port() -> int:
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="this torch has no torch.distributed")
 def test_one_two_and_four_gloo_ranks_step_to_the_same_weights_where_plain_ddp_gives_three(tmp_path):
+    """Also with two micro-batches a step (--accumulate 2)."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     here = str(Path(__file__).resolve().parent)
@@ -248,8 +252,12 @@ def test_one_two_and_four_gloo_ranks_step_to_the_same_weights_where_plain_ddp_gi
     seen = {world: {(tmp_path / f"{world}-{rank}.txt").read_text().split()[0] for rank in range(world)}
             for world in (1, 2, 4)}
     plain = {world: (tmp_path / f"{world}-0.txt").read_text().split()[1] for world in (1, 2, 4)}
+    accumulated = {world: {(tmp_path / f"{world}-{rank}.txt").read_text().split()[2] for rank in range(world)}
+                   for world in (1, 2, 4)}
     assert all(len(hashes) == 1 for hashes in seen.values()), f"ranks disagree: {seen}"
     assert seen[1] == seen[2] == seen[4], f"the world size changed the weights: {seen}"
+    assert accumulated[1] == accumulated[2] == accumulated[4] and len(accumulated[1]) == 1, accumulated
+    assert accumulated[1] != seen[1]  # two micro-batches of four shards: other passes, other bits
     assert len(set(plain.values())) == 3, f"the negative control: plain DDP at 1, 2, 4 ranks gave {plain}"
 
 
