@@ -879,7 +879,7 @@ def readme_block(record: dict) -> str:
         f"Start-up, to the end of the first step (the example, 0 workers): plain {e0['plain']['startup_s']:.1f} s, "
         f"Lightning {e0['lightning']['startup_s']:.1f} s, research {e0['research']['startup_s']:.1f} s (its "
         f"relaunch {costs['relaunch_s']['research']:.2f} s), teaching {e0['teaching']['startup_s']:.1f} s (its "
-        f"restart, after torch's import, {costs['relaunch_s']['teaching']:.2f} s). The whole process's CPU, "
+        f"restart {costs['relaunch_s']['teaching']:.2f} s). The whole process's CPU, "
         f"plain's over ours (research, teaching, per condition): {', '.join(process)}. Peak memory: plain "
         f"{e0['plain']['peak_mb']:.0f} MiB, Lightning {e0['lightning']['peak_mb']:.0f}, research "
         f"{e0['research']['peak_mb']:.0f}, teaching {e0['teaching']['peak_mb']:.0f}. One weights hash for 0 and "

@@ -48,6 +48,7 @@ MUTMUT = "mutmut==3.8.1"
 # the task's contract checks, the config's parsing.
 MODULES = (
     "utils/repro.py",
+    "utils/hashseed.py",
     "utils/data.py",
     "engine/optim.py",
     "engine/statistics.py",

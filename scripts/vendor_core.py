@@ -8,7 +8,7 @@ nothing to install, and a test (tests/test_core.py) fails when a copy and its so
 core, never a copy, then run this (or `nox -s regenerate`).
 
 Which modules each size gets:
-- both sizes: utils/ (repro.py, device.py, data.py and the package's docstring), what a student
+- both sizes: utils/ (repro.py, hashseed.py, device.py, data.py and the package's docstring), what a student
   reads first;
 - the research size: also engine/'s modules that need no project. The engine's other modules
   (plan.py, endings.py, fingerprint.py, environment.py, launch.py, cli.py) and its __init__ are
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "core" / "src" / "repro_core"
 PACKAGE = ROOT / "{{cookiecutter.project_slug}}" / "src" / "{{cookiecutter.project_slug}}"
 
-STUDENT_FILES = ("utils/__init__.py", "utils/repro.py", "utils/device.py", "utils/data.py")
+STUDENT_FILES = ("utils/__init__.py", "utils/hashseed.py", "utils/repro.py", "utils/device.py", "utils/data.py")
 ENGINE_FILES = tuple(f"engine/{name}.py" for name in (
     "checkpoint", "contract", "distributed", "files", "invariant", "loader", "loop", "optim", "precision",
     "run_folder", "runs", "signals", "startup", "statistics", "tracking", "world_sizes"))

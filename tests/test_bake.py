@@ -154,7 +154,8 @@ def test_the_two_sizes_share_utils_task_py_and_the_shared_proofs_byte_for_byte(c
     by_design = {name.format(package=package) for name in DIFFERS_BY_SIZE}
     patches = {name for name in different if name.startswith("exercises/") and name.endswith("/break.patch")}
     assert different - patches == by_design
-    for shared in ("utils/__init__.py", "utils/repro.py", "utils/data.py", "utils/device.py", "task.py"):
+    for shared in ("utils/__init__.py", "utils/hashseed.py", "utils/repro.py", "utils/data.py", "utils/device.py",
+                   "task.py"):
         assert f"src/{package}/{shared}" in both - different, shared
     assert {"tests/test_two_runs_match.py", "tests/test_repro.py"} <= both - different
 

@@ -339,3 +339,14 @@ def test_restart_with_hash_seed_restarts_once_in_the_same_process_with_the_hash_
     # another seed hashes otherwise (the check above is no accident)
     assert bare_hash("8") != bare_hash("7")
 
+
+
+def test_the_hash_seed_module_imports_no_torch_so_a_restart_before_torch_costs_a_bare_start() -> None:
+    """The teaching size restarts from its package's __init__.py, before torch loads: that is worth
+    it only while utils/hashseed.py (and the package it sits in) imports neither torch nor NumPy."""
+    loaded = run_python("""
+        import sys
+        import repro_core.utils.hashseed
+        print(sorted(name for name in ("torch", "numpy") if name in sys.modules))
+    """).stdout.strip()
+    assert loaded == "[]", f"importing utils/hashseed.py loaded {loaded}"

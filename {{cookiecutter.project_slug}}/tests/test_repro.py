@@ -1,4 +1,5 @@
-"""Specifications of utils/repro.py: seeds, the hash seed, determinism, threads, the weights hash."""
+"""Specifications of utils/repro.py (and utils/hashseed.py, its torch-free part): seeds, the hash seed, determinism,
+threads, the weights hash."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from {{ cookiecutter.project_slug }}.utils import repro
+from {{ cookiecutter.project_slug }}.utils import hashseed, repro
 from {{ cookiecutter.project_slug }}.utils.repro import (
     DETERMINISM_MODES,
     MAX_SEED,
@@ -291,7 +292,7 @@ def started_with(monkeypatch, environ: bytes | None) -> list:
             raise FileNotFoundError(path)
         return environ
 
-    monkeypatch.setattr(repro, "Path", lambda path: SimpleNamespace(read_bytes=lambda: read_bytes(path)))
+    monkeypatch.setattr(hashseed, "Path", lambda path: SimpleNamespace(read_bytes=lambda: read_bytes(path)))
     return read
 
 
@@ -321,7 +322,7 @@ def interpreter(monkeypatch, ignore_environment: int = 0) -> SimpleNamespace:
                                stdout=SimpleNamespace(flush=lambda: flushed.append("stdout")), stderr=io.StringIO(),
                                flushed=flushed)
     stand_in.stderr.flush = lambda: flushed.append("stderr")
-    monkeypatch.setattr(repro, "sys", stand_in)
+    monkeypatch.setattr(hashseed, "sys", stand_in)
     return stand_in
 
 
@@ -330,15 +331,26 @@ def test_the_restart_execs_the_same_command_with_the_hash_seed_set_after_flushin
     replaces the process by the same interpreter and arguments, with the seed in its environment."""
     python, started = interpreter(monkeypatch), []
     monkeypatch.setenv("PYTHONHASHSEED", "1")  # restored after the test
-    monkeypatch.setattr(repro, "hash_seed_in_effect", lambda: "random")
+    monkeypatch.setattr(hashseed, "hash_seed_in_effect", lambda: "random")
     monkeypatch.setattr(os, "execv", lambda path, argv: started.append((path, argv, os.environ["PYTHONHASHSEED"],
                                                                        list(python.flushed))))
     restart_with_hash_seed(5)
     assert started == [("/venv/bin/python", ["/venv/bin/python", "-m", PACKAGE, "--seed", "5"], "5",
                         ["stdout", "stderr"])]
-    monkeypatch.setattr(repro, "hash_seed_in_effect", lambda: "5")  # the restarted interpreter: it goes on
+    monkeypatch.setattr(hashseed, "hash_seed_in_effect", lambda: "5")  # the restarted interpreter: it goes on
     restart_with_hash_seed(5)
-    assert len(started) == 1
+    assert len(started) == 1 and hashseed.RESTARTED not in os.environ  # its children start clean
+
+
+def test_a_restart_that_did_not_take_effect_warns_instead_of_looping(monkeypatch):
+    """Something (a wrapper script, say) dropped the variable on the way: the marker the restart
+    set says it was tried once; a second would be the same, for ever."""
+    python = interpreter(monkeypatch)
+    monkeypatch.setenv(hashseed.RESTARTED, "1")
+    monkeypatch.setattr(hashseed, "hash_seed_in_effect", lambda: "random")
+    monkeypatch.setattr(os, "execv", lambda path, argv: pytest.fail("restarted twice"))
+    restart_with_hash_seed(5)
+    assert python.stderr.getvalue() == "warning: cannot set PYTHONHASHSEED=5 for this process\n"
 
 
 def test_under_python_dash_e_the_hash_seed_is_random_and_the_restart_warns_instead_of_looping(monkeypatch):

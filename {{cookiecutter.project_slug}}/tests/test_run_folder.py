@@ -85,6 +85,21 @@ def test_a_run_prints_no_warning(run):
     assert run.path.with_suffix(".err").read_text(encoding="utf-8").strip() == ""
 
 
+def test_the_restart_for_the_hash_seed_comes_before_torch_is_imported(tmp_path):
+    """A run launched with another PYTHONHASHSEED starts again with its own (__init__.py), before
+    torch's import: torch, the slow part of a start, loads once, in the process that trains. -X
+    importtime logs every import of both interpreters on stderr (the restart keeps the options)."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", f"{PACKAGE}.train", "--seed", "5", "--out", str(tmp_path / "run"),
+         *FAST], capture_output=True, text=True, env=python_env(PYTHONHASHSEED="0"), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")]
+    assert imported.count(f"{PACKAGE}.utils.hashseed") == 2, "no restart: the shell's hash seed was left in effect"
+    assert imported.count("torch") == 1, "torch was imported before the restart, and once more after it"
+    assert Run(tmp_path / "run").environment["python_hash_seed"] == "5"
+
+
 def test_resume_refuses_a_setting_other_than_the_recorded_one_and_leaves_the_run_as_it_was(run, capsys):
     before = {path: path.read_bytes() for path in run.path.iterdir()}
     with pytest.raises(SystemExit) as exit_info:

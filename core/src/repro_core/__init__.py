@@ -37,7 +37,7 @@ __version__ = "0.1.0"
 
 # name -> the module (below this package) that defines it.
 _EXPORTS = {
-    "restart_with_hash_seed": "utils.repro",
+    "restart_with_hash_seed": "utils.hashseed",
     "configure_determinism": "utils.repro",
     "set_thread_count": "utils.repro",
     "seed_everything": "utils.repro",
@@ -45,7 +45,7 @@ _EXPORTS = {
     "derive_seed": "utils.repro",
     "check_seed": "utils.repro",
     "determinism_flags": "utils.repro",
-    "hash_seed_in_effect": "utils.repro",
+    "hash_seed_in_effect": "utils.hashseed",
     "state_dict_sha256": "utils.repro",
     "select_device": "utils.device",
     "to_device": "utils.device",

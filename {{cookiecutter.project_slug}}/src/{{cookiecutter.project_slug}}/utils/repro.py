@@ -2,13 +2,14 @@
 seed, cuDNN, cuBLAS, deterministic algorithms, TF32 and the thread count, each with what it guards
 against and what it costs; and the weights hash that proves two runs equal.
 
-This file imports nothing of its project: copy it (with device.py and data.py beside it, which it
-needs not) into any PyTorch project. Then call, in this order:
+This file imports nothing of its project but hashseed.py: copy both (with device.py and data.py
+beside them, which they need not) into any PyTorch project. Then call, in this order:
 
-1. `restart_with_hash_seed(seed)`, first, when the script runs as a program. Python reads
-   PYTHONHASHSEED once, as the interpreter starts, so this starts it again with the variable set.
-   The popular `os.environ["PYTHONHASHSEED"] = "0"` inside a script changes nothing for that
-   script: its set and dict-of-string orders stay random.
+1. `restart_with_hash_seed(seed)`, first, when the script runs as a program (best before torch's
+   import: hashseed.py imports no torch). Python reads PYTHONHASHSEED once, as the interpreter
+   starts, so this starts it again with the variable set. The popular
+   `os.environ["PYTHONHASHSEED"] = "0"` inside a script changes nothing for that script: its set
+   and dict-of-string orders stay random.
 2. `configure_determinism(mode)`, before anything touches the GPU: CUDA reads
    CUBLAS_WORKSPACE_CONFIG once, when it initialises (CUDA_VISIBLE_DEVICES likewise; see
    device.py).
@@ -31,15 +32,15 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import sys
 from collections.abc import Collection, Mapping
 from enum import IntEnum
-from pathlib import Path
 
 import numpy as np
 import torch
 
-MAX_SEED = 2**32 - 1  # NumPy's legacy global generator accepts no larger seed
+# The string hash seed needs no torch, and is set before torch loads: hashseed.py (copy it too).
+from .hashseed import MAX_SEED, hash_seed_in_effect, restart_with_hash_seed  # noqa: F401
+
 DETERMINISM_MODES = ("strict", "warn", "off")
 
 # cuBLAS keeps per-stream workspaces; with the default sizes, a matrix product may split its
@@ -55,45 +56,6 @@ def check_seed(seed: object) -> int:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
         raise ValueError(f"seed must be an integer in 0 .. {MAX_SEED}, not {seed!r}")
     return int(seed)
-
-
-def hash_seed_in_effect() -> str:
-    """What this interpreter's string hashing uses: the PYTHONHASHSEED it started with, or 'random'.
-
-    Read from the environment the process started with, which Linux keeps in /proc/self/environ:
-    a value put into os.environ since then is not in effect. Elsewhere, what os.environ says.
-    """
-    if sys.flags.ignore_environment:
-        return "random"
-    try:
-        started = Path("/proc/self/environ").read_bytes().split(b"\0")
-        value = next((item.split(b"=", 1)[1].decode() for item in started if item.startswith(b"PYTHONHASHSEED=")), "")
-    except OSError:
-        value = os.environ.get("PYTHONHASHSEED", "")
-    return value or "random"
-
-
-def restart_with_hash_seed(seed: int) -> None:
-    """Starts this interpreter again, with the same arguments and PYTHONHASHSEED set to the seed,
-    unless it already runs with it. Call it first thing when the script runs as a program (under
-    `if __name__ == "__main__":`), never on import: it would restart whatever imported it.
-
-    Guards against: Python salting `hash()` of str and bytes with a value chosen at start-up, so
-    that a set of strings (and whatever is built from one: a vocabulary, say) iterates in another
-    order in every process. Costs: a second start of the interpreter, and of torch's import, on the
-    first launch. `os.execv` keeps the process id, so a job scheduler still tracks the process.
-    """
-    wanted = str(check_seed(seed))
-    if hash_seed_in_effect() == wanted:
-        return
-    if sys.flags.ignore_environment:  # `python -E` ignores the variable: restarting would loop
-        print(f"warning: python -E ignores PYTHONHASHSEED, so string hashing stays random (wanted {wanted})",
-              file=sys.stderr)
-        return
-    os.environ["PYTHONHASHSEED"] = wanted
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
 def set_thread_count(threads: int) -> None:
