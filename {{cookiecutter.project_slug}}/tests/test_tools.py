@@ -99,7 +99,8 @@ def test_compare_calls_a_copy_with_one_changed_validation_figure_different(runs,
 def test_verify_takes_steps_up_to_and_including_the_runs_last(runs, monkeypatch, capsys):
     run = runs["seed7_threads2"]
     asked = []
-    monkeypatch.setattr(verify, "verify", lambda original, steps, keep, world_size: asked.append(steps) or (0, ["REPRODUCED"]))
+    monkeypatch.setattr(verify, "verify",
+                        lambda original, steps, keep, world_size: asked.append(steps) or (0, ["REPRODUCED"]))
     assert verify.main([str(run.path), "--steps", str(run.summary["steps"])]) == 0
     assert asked == [run.summary["steps"]]
 
