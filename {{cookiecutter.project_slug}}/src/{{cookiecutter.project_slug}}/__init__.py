@@ -35,7 +35,7 @@ def seed_from_command_line(argv: list[str]) -> int | None:
 
 
 # Python reads PYTHONHASHSEED only as the interpreter starts, so the train command starts it again,
-# once, with the variable set from the seed. Here, because `python -m {{ cookiecutter.project_slug }}.train` imports this
+# once, with the variable set from the seed. Here, because `python -m <package>.train` imports this
 # package before train.py, and so before torch: the restart costs a bare interpreter's start, not
 # a second import of torch. sys.argv[0] is "-m" only while `python -m` looks for its module: a
 # plain `import` never restarts.
