@@ -630,7 +630,7 @@ def contender_command(contender: str, scratch: Path, out: Path, epochs: int, wor
 
 def clean_environment(**extra: str) -> dict[str, str]:
     """This process's environment less what would change what a contender does at start-up."""
-    drop = ("PYTHONHASHSEED", "PYTHONPATH", "REPRO_RELAUNCHED_FOR_RUN_ENVIRONMENT")
+    drop = ("PYTHONHASHSEED", "PYTHONPATH", "REPRO_RESTARTED_FOR_HASH_SEED")
     env = {key: value for key, value in os.environ.items()
            if key not in drop and not key.startswith("SIDEBYSIDE_") and not key.startswith("PYTEST_")}
     return {**env, **extra}

@@ -13,9 +13,10 @@ Two kinds of setting are read once, when the process starts, and never again:
   likewise. Each library reads its variable once, when it loads or first calls it.
 
 The only way to set them for this process is to start the interpreter again with them set.
-`relaunch_with_run_environment` does that, with os.execv: the same process id (so torchrun and job
-schedulers keep tracking it), the same arguments, the variables added. It runs before torch is
-imported, so the relaunch costs one bare interpreter start, not a second import of torch.
+`relaunch_with_run_environment` does that through utils/hashseed.py's `restart_with`, the one
+restart of both sizes (os.execv: the same process id, so torchrun and job schedulers keep tracking
+it; the same arguments; the variables added). It runs before torch is imported, so the relaunch
+costs one bare interpreter start, not a second import of torch.
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ import sys
 import warnings
 from pathlib import Path
 
+from ..utils.hashseed import initial_environment, missing_from_environment, restart_with  # standard library only
+
 try:  # Python 3.11 and later; on 3.10 a .toml --config is refused in one line (read_settings_file)
     import tomllib
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     tomllib = None
 
-RELAUNCH_MARKER = "REPRO_RELAUNCHED_FOR_RUN_ENVIRONMENT"
 CPU_KERNEL_MODES = ("native", "portable")
 # --cpu-kernels portable: every library's CPU code path pinned to AVX2 (with FMA), which x86-64 CPUs
 # have had since Intel's Haswell (2013) and AMD's Excavator (2015), so that a laptop with AVX-512
@@ -70,17 +72,6 @@ PORTABLE_NEEDS = ("avx2", "fma")
 def hash_seed_for(seed: int) -> str:
     """The PYTHONHASHSEED for a run: the run's seed itself (both range over 0 .. 2**32-1)."""
     return str(seed)
-
-
-def initial_environment() -> dict[str, str] | None:
-    """The environment this process started with (Linux keeps it in /proc), before any change to
-    os.environ; None where unknown."""
-    try:
-        raw = Path("/proc/self/environ").read_bytes()
-    except OSError:
-        return None
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
 
 
 def cpu_kernel_variables() -> dict[str, str | None]:
@@ -217,12 +208,6 @@ def run_environment(argv: list[str], default_seed: int) -> dict[str, str]:
     return wanted
 
 
-def missing_from_environment(wanted: dict[str, str]) -> dict[str, str]:
-    """The wanted variables this interpreter did not start with."""
-    started_with = initial_environment() or dict(os.environ)
-    return {name: value for name, value in wanted.items() if started_with.get(name) != value}
-
-
 def started_as_module(module: str) -> bool:
     """Whether this interpreter was started as `python [options] -m MODULE ...` (torchrun starts
     its processes so too)."""
@@ -275,21 +260,5 @@ def relaunch_with_run_environment(argv: list[str], default_seed: int, prog: str 
         print(f"{prog}: error: {problem}", file=sys.stderr)
         sys.exit(2)
     signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(128 + signum))
-    relaunched = os.environ.pop(RELAUNCH_MARKER, None)  # children (workers, subprocesses) start clean
-    wanted = run_environment(argv, default_seed)
-    if "PYTHONHASHSEED" in wanted and sys.flags.ignore_environment:
-        # `python -E` ignores PYTHONHASHSEED; relaunching for it would loop. Recorded as 'random'.
-        print(f"warning: cannot fix PYTHONHASHSEED={wanted.pop('PYTHONHASHSEED')} (python -E ignores it); "
-              "string hashing stays random", file=sys.stderr)
-    missing = missing_from_environment(wanted)
-    if not missing:
-        quieten_numpys_pin_warning()
-        return
-    if relaunched:  # set, and still not in effect: something removes them; never loop
-        print(f"warning: cannot set {', '.join(missing)} for this process", file=sys.stderr)
-        return
-    os.environ.update(missing)
-    os.environ[RELAUNCH_MARKER] = "1"
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    restart_with(missing_from_environment(run_environment(argv, default_seed)))  # returns when none is missing
+    quieten_numpys_pin_warning()
