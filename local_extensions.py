@@ -65,9 +65,9 @@ def identifier(name: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "_", plain.lower()).strip("_") or "project"
     if slug[0].isdigit():  # `3d_model` is no identifier
         slug = f"project_{slug}"
-    slug = slug[: PRE_GEN.NAME_MAX - len("_project")].rstrip("_")  # a folder's name, with room for the suffix below
+    slug = slug[: PRE_GEN.PACKAGE_MAX].rstrip("_")  # the longest package name the hook takes
     # The hook's own check: a keyword, or a module the project or its users import (`random`).
-    return f"{slug}_project" if PRE_GEN.check_slug(slug) else slug
+    return f"{slug[: PRE_GEN.PACKAGE_MAX - len('_project')].rstrip('_')}_project" if PRE_GEN.check_slug(slug) else slug
 
 
 # The abbreviations cookiecutter, cruft and copier expand to a repository's address.

@@ -17,7 +17,10 @@ import sys
 from importlib import metadata
 
 MAX_SEED = 2**32 - 1
-NAME_MAX = 255  # bytes in one file or folder name: the limit of ext4, XFS, APFS, NTFS and most others
+# Characters in the package name: the longest for which every line of a bake that names the package
+# stays within the generated ruff's 120 columns (tests/test_bake.py bakes such a name in each size
+# and lints it), well inside a folder name's 255 bytes. PEP 8 asks for short names anyway.
+PACKAGE_MAX = 32
 MIN_PYTHON_MINOR = 10  # torch 2.x wheels need Python 3.10 or newer
 MIN_COOKIECUTTER = (2, 7)  # real booleans in cookiecutter.json, __prompts__, local extensions
 
@@ -53,9 +56,9 @@ def check_slug(slug: str) -> str | None:
     if not (slug.isidentifier() and slug.isascii() and slug == slug.lower()):
         return (f"the package name {slug!r} is not a lower-case Python identifier "
                 "(a-z, 0-9, _; not starting with a digit)")
-    if len(slug.encode()) > NAME_MAX:
-        return (f"the package name is {len(slug.encode())} characters long, over the {NAME_MAX} that a folder name "
-                "may have on most file systems: choose a shorter project_slug")
+    if len(slug) > PACKAGE_MAX:
+        return (f"the package name is {len(slug)} characters long, over the {PACKAGE_MAX} that keep the generated "
+                "code's lines within its linter's 120 columns: choose a shorter project_slug")
     if keyword.iskeyword(slug):
         return f"the package name {slug!r} is a Python keyword"
     if slug in sys.stdlib_module_names or slug in SHADOWED:

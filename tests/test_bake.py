@@ -33,8 +33,10 @@ from conftest import (
     TEMPLATE_DIR,
     Suite,
     bake,
+    cookiecutter_cli,
     load,
     post_gen,
+    pre_gen,
 )
 
 COMBINATIONS = {
@@ -191,6 +193,19 @@ def test_python_compiles_and_ruff_is_clean(baked):
     result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."],
                             cwd=baked.project_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("scope", ["research", "teaching"])
+def test_the_longest_package_name_the_hook_takes_bakes_lint_clean(scope, tmp_path):
+    """Every line that names the package still fits ruff's 120 columns with a name of PACKAGE_MAX
+    characters (exercises and their patches included); one character more is refused by the hook."""
+    slug = "protein_folding_experiments_2026"
+    assert len(slug) == pre_gen.PACKAGE_MAX and pre_gen.check_slug(slug) is None
+    result = cookiecutter_cli(tmp_path, f"project_slug={slug}", f"scope={scope}", "init_git=no", "exercises=yes")
+    assert result.returncode == 0, result.stderr
+    lint = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "."],
+                          cwd=tmp_path / slug, capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
 def test_no_function_of_the_generated_package_is_longer_than_60_lines(baked):

@@ -197,7 +197,7 @@ COPIER_REFUSES = {
                                "init_git must be true or false (or yes, no, 1, 0...), not 'maybe'"),
     "package name over a folder name's limit": (
         "ValueError: Validation error for question 'project_slug': the package name is 256 characters long, over "
-        "the 255 that a folder name may have on most file systems: choose a shorter project_slug"),
+        "the 32 that keep the generated code's lines within its linter's 120 columns: choose a shorter project_slug"),
 }
 
 

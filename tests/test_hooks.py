@@ -340,15 +340,21 @@ def test_the_template_address_is_one_setting_that_the_template_readme_names():
     assert "org/repro-template" not in readme
 
 
-def test_the_hook_refuses_a_package_name_over_a_folder_names_limit_in_one_sentence():
-    assert "over the 255 that a folder name may have" in pre_gen.check_slug("a" * 256)
-    assert pre_gen.check_slug("a" * 255) is None
+def test_the_hook_refuses_a_package_name_too_long_for_the_generated_codes_lines_in_one_sentence(tmp_path):
+    """32 characters at most: tests/test_bake.py lints a bake of that length in each size."""
+    refusal = pre_gen.check_slug("a" * 33)
+    assert refusal == ("the package name is 33 characters long, over the 32 that keep the generated code's lines "
+                       "within its linter's 120 columns: choose a shorter project_slug")
+    assert pre_gen.check_slug("a" * 32) is None
+    result = cookiecutter_cli(tmp_path / "out", f"project_slug={'a' * 33}", "init_git=no")
+    assert result.returncode != 0 and refusal in result.stderr
+    assert not (tmp_path / "out" / ("a" * 33)).exists()
 
 
-def test_a_project_name_too_long_for_a_folder_derives_a_package_name_the_hook_takes_and_it_bakes(tmp_path):
-    """The derived name is cut to what a folder name may hold: the defaults always bake."""
+def test_a_long_project_name_derives_a_package_name_the_hook_takes_and_it_bakes(tmp_path):
+    """The derived name is cut to the longest the hook takes: the defaults always bake."""
     slug = local_extensions.identifier("Experiment " * 30)  # 330 characters
-    assert len(slug) <= pre_gen.NAME_MAX and pre_gen.check_slug(slug) is None
+    assert len(slug) == pre_gen.PACKAGE_MAX and pre_gen.check_slug(slug) is None
     result = cookiecutter_cli(tmp_path / "out", f"project_name={'Experiment ' * 30}", "init_git=no")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out" / slug / "src" / slug / "train.py").is_file()

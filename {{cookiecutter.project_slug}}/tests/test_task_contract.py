@@ -17,7 +17,12 @@ from torch.utils.data import TensorDataset
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.config import Config
 from {{ cookiecutter.project_slug }}.engine import contract
-from {{ cookiecutter.project_slug }}.engine.contract import CHECKED_SAMPLES, TaskError, check_declared_draws, check_task
+from {{ cookiecutter.project_slug }}.engine.contract import (
+    CHECKED_SAMPLES,
+    TaskError,
+    check_declared_draws,
+    check_task,
+)
 from {{ cookiecutter.project_slug }}.train import main
 from {{ cookiecutter.project_slug }}.utils.data import make_loader
 

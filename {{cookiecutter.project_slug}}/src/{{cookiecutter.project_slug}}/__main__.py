@@ -8,7 +8,7 @@ COMMANDS = """\
                                       continue an interrupted run exactly
   python -m {{ cookiecutter.project_slug }}.verify runs/a           re-run a recorded run and compare step by step
   python -m {{ cookiecutter.project_slug }}.compare runs/a runs/b   two runs side by side
-  python -m {{ cookiecutter.project_slug }}.evaluate runs/a         a run's model.pt on a split (--split), without training
+  python -m {{ cookiecutter.project_slug }}.evaluate runs/a         scores a run's model.pt (--split), no training
   python -m {{ cookiecutter.project_slug }}.doctor                  is this machine set up for bitwise repeats?
   python -m {{ cookiecutter.project_slug }}.study --seeds 0-4 --out studies/base
                                       one run per seed, their statistics and a picture
