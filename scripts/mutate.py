@@ -1,6 +1,8 @@
-"""A real mutation tool (mutmut) over the generated modules that need no training to test.
+"""A real mutation tool (mutmut) over the modules that need no training to test, each where its tests are.
 
-    python scripts/mutate.py           # bakes the research project, runs mutmut, writes breaks/mutmut.json
+    python scripts/mutate.py           # runs mutmut on the core's modules against the core's own tests (a
+                                       # copy of core/), on the project's against a research bake's
+                                       # suite; writes breaks/mutmut.json
     python scripts/mutate.py --keep D  # the same, in folder D, kept afterwards (`mutmut show NAME` there)
     python scripts/mutate.py --only engine/optim.py,engine/statistics.py   # those modules; the others' results kept
     python scripts/mutate.py --only utils/repro.py --results-of D   # records what a run in D left (no new run)
@@ -14,6 +16,12 @@ mutmut makes every small change it knows to each line (an operator, a constant, 
 argument left out) and runs the tests that reach the changed function against each. A mutant the
 tests do not notice is a test missing, or a change that alters nothing (an equivalent mutant):
 breaks/mutants.toml gives each survivor its verdict, and why.
+
+Where: a module of the core (core/src/repro_core/, vendored verbatim into the bakes) is mutated in
+a copy of core/ and tried against core/tests, the tests beside it, which need no bake (its
+mutants are named repro_core.MODULE...); config.py and engine/environment.py, which only the
+project has, in a research bake against its suite (my_project.MODULE...). The record says which,
+per module ("against": "core" or "bake").
 
 It is a maintainer's task, not part of CI (its time is in the record). The tests it tries against
 a mutant are the plain tier's that call the mutated function within four calls of the package's
@@ -41,6 +49,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "breaks" / "mutmut.json"
+CORE = ROOT / "core"
+CORE_PACKAGE = CORE / "src" / "repro_core"
 MUTMUT = "mutmut==3.8.1"
 
 # The pure modules (issue 31): keys and seeds, the loader's sampler, the optimizer's groups and
@@ -147,6 +157,28 @@ def pytest_collection_modifyitems(config, items):
 '''
 
 
+def against(module: str) -> str:
+    """Where a module is mutated: "core" for a module of the core, tried against core/tests; "bake"
+    for one only the project has, tried against a research bake's suite."""
+    return "core" if (CORE_PACKAGE / module).is_file() else "bake"
+
+
+def copy_core(folder: Path) -> Path:
+    """A scratch copy of core/ (its package, its tests and its pyproject.toml), as mutmut's project."""
+    import shutil
+
+    project = folder / "core"
+    shutil.copytree(CORE, project, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".pytest_cache"))
+    (project / "tests" / "conftest.py").touch()  # where configure() adds its selection
+    return project
+
+
+def package_of(project: Path) -> str:
+    """The import name of the package under a project's src/ (my_project, repro_core)."""
+    [package] = [path.name for path in (project / "src").iterdir() if (path / "__init__.py").is_file()]
+    return package
+
+
 def bake(folder: Path) -> Path:
     from cookiecutter.main import cookiecutter
 
@@ -156,7 +188,7 @@ def bake(folder: Path) -> Path:
 
 def configure(project: Path, modules: list[str]) -> None:
     """mutmut's settings in the bake's pyproject.toml, and the test selection in its conftest."""
-    package = project.name
+    package = package_of(project)
     only = ", ".join(json.dumps(f"src/{package}/{module}") for module in modules)
     # mutmut runs the tests in a copy (mutants/) that holds src/ and tests/: the rest too, since
     # some tests read the README and the docs.
@@ -178,7 +210,7 @@ process_isolation = "forkserver"
 ''')
     conftest = project / "tests" / "conftest.py"
     head, future, rest = conftest.read_text(encoding="utf-8").partition("from __future__ import annotations\n")
-    if not future:  # no __future__ import, which must come first: the patch goes at the top
+    if not future:  # no __future__ import (or no conftest.py yet), which must come first: the patch goes at the top
         head, rest = "", head
     conftest.write_text(head + future + TOLERATE_IMPORT_TIME_CALLS + rest + SELECT, encoding="utf-8")
 
@@ -201,6 +233,17 @@ def module_of(mutant: str, package: str) -> str:
     return dotted.removeprefix(package + ".").replace(".", "/") + ".py"
 
 
+def run_mutmut(project: Path, modules: list[str], jobs: int) -> tuple[dict[str, str], float]:
+    """Configures and runs mutmut in `project` over `modules`: (mutant -> status, minutes)."""
+    configure(project, modules)
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)],
+                         cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"mutmut run failed in {project}:\n{run.stdout[-3000:]}")
+    return results(project), round((time.monotonic() - started) / 60, 1)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", type=Path, help="bake into this folder and keep it")
@@ -220,36 +263,41 @@ def main() -> int:
     except ModuleNotFoundError:
         print(f"error: mutmut is not installed: pip install {MUTMUT}", file=sys.stderr)
         return 2
+    found = {}  # "core" / "bake" -> (the project mutmut ran in, mutant -> status, minutes)
     if args.results_of is not None:
-        [project] = [path for path in args.results_of.iterdir() if (path / "mutants").is_dir()]
-        statuses, minutes = results(project), None  # its time is not known: it may have run in parts
-        unfinished = sorted({module_of(name, project.name) for name, status in statuses.items()
-                             if status == "not checked"} & set(chosen))
-        if unfinished:
-            print(f"error: mutmut has not finished {', '.join(unfinished)} in {project}: run `mutmut run` there",
-                  file=sys.stderr)
-            return 1
+        for project in [path for path in args.results_of.iterdir() if (path / "mutants").is_dir()]:
+            statuses = results(project)  # its time is not known: it may have run in parts
+            found["core" if package_of(project) == "repro_core" else "bake"] = (project, statuses, None)
+            unfinished = sorted({module_of(name, package_of(project)) for name, status in statuses.items()
+                                 if status == "not checked"} & set(chosen))
+            if unfinished:
+                print(f"error: mutmut has not finished {', '.join(unfinished)} in {project}: run `mutmut run` there",
+                      file=sys.stderr)
+                return 1
     else:
         with tempfile.TemporaryDirectory() as scratch:
             folder = args.keep or Path(scratch)
             folder.mkdir(parents=True, exist_ok=True)
-            project = bake(folder)
-            configure(project, chosen)
-            started = time.monotonic()
-            run = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.jobs)],
-                                 cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            if run.returncode != 0:
-                print(f"error: mutmut run failed:\n{run.stdout[-3000:]}", file=sys.stderr)
-                return 1
-            statuses = results(project)
-            minutes = round((time.monotonic() - started) / 60, 1)
+            for where, make in (("core", copy_core), ("bake", bake)):
+                mine = [module for module in chosen if against(module) == where]
+                if mine:
+                    project = make(folder)
+                    try:
+                        found[where] = (project, *run_mutmut(project, mine, args.jobs))
+                    except RuntimeError as error:
+                        print(f"error: {error}", file=sys.stderr)
+                        return 1
     modules = {module: result for module, result in earlier.get("modules", {}).items() if module not in chosen}
     survivors = {name: module for name, module in earlier.get("survivors", {}).items() if module not in chosen}
     for module in chosen:
-        mine = {name: status for name, status in statuses.items() if module_of(name, project.name) == module}
+        if against(module) not in found:
+            print(f"error: no mutmut run of {module} found", file=sys.stderr)
+            return 1
+        project, statuses, minutes = found[against(module)]
+        mine = {name: status for name, status in statuses.items() if module_of(name, package_of(project)) == module}
         counts = [*mine.values()]
-        modules[module] = {"date": time.strftime("%Y-%m-%d"), "minutes": minutes, "mutants": len(mine),
-                           **{status: counts.count(status) for status in sorted(set(counts))}}
+        modules[module] = {"date": time.strftime("%Y-%m-%d"), "minutes": minutes, "against": against(module),
+                           "mutants": len(mine), **{status: counts.count(status) for status in sorted(set(counts))}}
         survivors.update({name: module for name, status in mine.items() if status != "killed"})
     record = {
         "tool": f"mutmut {mutmut.__version__}",

@@ -400,9 +400,14 @@ def test_the_mutation_tools_record_is_of_modules_the_project_still_has_each_surv
     assert record["modules"] and set(record["modules"]) <= set(mutate.MODULES)
     for module, result in record["modules"].items():
         assert (package / module).is_file(), f"{module} is no longer in the project: run python scripts/mutate.py"
-        counts = {status: n for status, n in result.items() if status not in ("date", "minutes", "mutants")}
+        counts = {status: n for status, n in result.items() if status not in ("date", "minutes", "mutants", "against")}
         assert sum(counts.values()) == result["mutants"] > 0
+        # A module of the core is mutated against the core's own tests, one only the project has in a bake.
+        assert result.get("against", mutate.against(module)) == mutate.against(module), module
     assert set(record["survivors"].values()) <= set(record["modules"])
+    for name, module in record["survivors"].items():  # named by the package mutmut ran in
+        ran_in = "repro_core" if record["modules"][module].get("against") == "core" else "my_project"
+        assert name.startswith(f"{ran_in}.{module.removesuffix('.py').replace('/', '.')}."), name
     written = tomllib.loads((ROOT / "breaks" / "mutants.toml").read_text(encoding="utf-8"))
     verdicts, by_function = written["mutant"], written.get("function", {})
     unexplained = sorted(name for name in record["survivors"]
