@@ -185,14 +185,18 @@ def background_suites(request, tmp_path_factory) -> dict[str, Future]:
 
 def run_generated_suite(project: Path, *selection: str, timeout: int = SUITE_TIMEOUT,
                         started: list | None = None, report: Path | None = None) -> subprocess.CompletedProcess:
-    """`pytest -q [selection]` in a baked project, from an environment without this session's
-    PYTEST_ variables; fails with the end of its output unless it passed. Its own process group, so
+    """`pytest -q [selection]` in a baked project, with Ctrl-C ignored, from an environment without
+    this session's PYTEST_ variables; fails with the end of its output unless it passed. Its own process group, so
     that a teardown can stop it and all it started (`started` gets the process). With `report`,
     pytest writes its JUnit XML there (each test's outcome), and the result's `.report` names it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     junit = () if report is None else (f"--junitxml={report}",)
-    process = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selection, *junit],
-                               cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    # Started with Ctrl-C ignored, as a CI script's background job or nohup starts it, which every
+    # process it starts inherits: the generated suite's Ctrl-C tests must pass so too (its conftest
+    # gives the commands it starts Ctrl-C back). sh's trap, not preexec_fn, which threads make unsafe.
+    ignoring_ctrl_c = ["/bin/sh", "-c", 'trap "" INT; exec "$0" "$@"']
+    process = subprocess.Popen([*ignoring_ctrl_c, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                *selection, *junit], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                start_new_session=True)
     if started is not None:
         started.append(process)
