@@ -82,13 +82,13 @@ def test_the_research_relaunch_execs_through_the_one_restart_with_the_seed_and_i
     monkeypatch.setattr(startup.signal, "signal", lambda signum, handler: None)  # this process keeps its Ctrl-C
     monkeypatch.setattr(hashseed, "initial_environment", lambda: {})
     monkeypatch.setattr(hashseed, "hash_seed_in_effect", lambda: "random")
-    monkeypatch.delenv(hashseed.RESTARTED, raising=False)
+    monkeypatch.setenv(hashseed.RESTARTED, "")  # so that monkeypatch unsets it after, whatever the restart set
+    monkeypatch.delenv(hashseed.RESTARTED)
     monkeypatch.setattr(os, "execv", lambda path, argv: started.append(
         (os.environ.get("PYTHONHASHSEED"), os.environ.get(hashseed.RESTARTED))))
     monkeypatch.setenv("PYTHONHASHSEED", "0")  # restored after the test; the relaunch overwrites it
     startup.relaunch_with_run_environment(["--seed", "3"], 42, "python -m pkg.train")
     assert started == [("3", "1")]
-    os.environ.pop(hashseed.RESTARTED, None)
 
 
 def test_the_research_relaunch_warns_instead_of_looping_when_its_restart_did_not_take(

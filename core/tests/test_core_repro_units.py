@@ -417,7 +417,8 @@ def test_missing_are_the_variables_the_process_did_not_start_with_and_the_hash_s
 
 def test_the_one_restart_sets_every_missing_variable_and_warns_naming_each_when_it_did_not_take(monkeypatch):
     python, started = interpreter(monkeypatch), []
-    monkeypatch.delenv(hashseed.RESTARTED, raising=False)
+    monkeypatch.setenv(hashseed.RESTARTED, "")  # so that monkeypatch unsets it after, whatever the restart set
+    monkeypatch.delenv(hashseed.RESTARTED)
     monkeypatch.setenv("A", "0")  # both restored after the test
     monkeypatch.setenv("PYTHONHASHSEED", "0")
     monkeypatch.setattr(os, "execv", lambda path, argv: started.append((os.environ["A"], os.environ["PYTHONHASHSEED"])))
@@ -432,7 +433,8 @@ def test_the_one_restart_sets_every_missing_variable_and_warns_naming_each_when_
 
 def test_under_python_dash_e_the_restart_drops_only_the_hash_seed(monkeypatch):
     python, started = interpreter(monkeypatch, ignore_environment=1), []
-    monkeypatch.delenv(hashseed.RESTARTED, raising=False)
+    monkeypatch.setenv(hashseed.RESTARTED, "")  # so that monkeypatch unsets it after, whatever the restart set
+    monkeypatch.delenv(hashseed.RESTARTED)
     monkeypatch.setenv("A", "0")  # both restored after the test
     monkeypatch.setenv("PYTHONHASHSEED", "0")
     monkeypatch.setattr(os, "execv", lambda path, argv: started.append((path, argv, os.environ["A"])))
