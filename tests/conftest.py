@@ -196,8 +196,8 @@ def run_generated_suite(project: Path, *selection: str, timeout: int = SUITE_TIM
     # gives the commands it starts Ctrl-C back). sh's trap, not preexec_fn, which threads make unsafe.
     ignoring_ctrl_c = ["/bin/sh", "-c", 'trap "" INT; exec "$0" "$@"']
     process = subprocess.Popen([*ignoring_ctrl_c, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                *selection, *junit], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                               start_new_session=True)
+                                *selection, *junit], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env, start_new_session=True)
     if started is not None:
         started.append(process)
     try:
