@@ -32,7 +32,6 @@ from repro_core.utils.repro import (
     seed_global_generators,
     seed_step,
     set_float32_precision,
-    set_thread_count,
     state_dict_sha256,
     tf32_allowed,
 )
@@ -200,16 +199,6 @@ def test_a_steps_draws_are_a_function_of_seed_and_step_alone():
     assert draws() != expected
     seed_step(8, step=3)
     assert draws() != expected
-
-
-def test_set_thread_count_sets_torchs_intra_op_threads():
-    before = torch.get_num_threads()
-    try:
-        for threads in (1, 3):
-            set_thread_count(threads)
-            assert torch.get_num_threads() == threads
-    finally:
-        torch.set_num_threads(before)
 
 
 # value it picks at start-up, from PYTHONHASHSEED if set, so the order is a function of that alone.
