@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A maintainer's quick loop (about four minutes on two cores; the README gives the measured time):
+# A maintainer's quick loop (about eight minutes on two cores; the README gives the measured time):
 # bake the defaults, lint them, run the generated project's plain pytest, then the template's tests
 # that train nothing. The full suite, what CI runs, is scripts/test.sh.
 # Usage: bash scripts/fast.sh [pytest arguments for the template]
