@@ -7,6 +7,7 @@
     python scripts/breaks.py kill-ratio --set independent  # the independent round's breaks, written from the docs
     python scripts/breaks.py kill-ratio --set independent --resume   # those it has no result for yet
     python scripts/breaks.py kill-ratio --set independent --survivors --tiers distributed,slow   # its survivors
+    python scripts/breaks.py kill-ratio --set independent-teaching --tiers plain   # the teaching size's round
     python scripts/breaks.py core-catches     # the mutation suite's breaks of core files, each against core/tests/
 
 A break replaces one piece of text inside one function (or method, `Class.method`) of one file of
@@ -172,7 +173,9 @@ def patches(check: bool) -> int:
 
 
 TIERS = {"plain": [], "distributed": ["-m", "distributed"], "slow": ["-m", "slow"]}
-SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.json"}
+SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.json",
+        "independent-teaching": "kill-ratio-independent-teaching.json"}
+SCOPE_OF = {"independent-teaching": "teaching"}  # the size a set breaks; the others break the research size
 
 
 def nearby_tests(project: Path, brk: Break) -> list[str]:
@@ -273,7 +276,7 @@ def kill_ratio(kind: str, output: Path, only: list[str], jobs: int, resume: bool
     with tempfile.TemporaryDirectory() as scratch:
         projects = queue.Queue()
         for copy in range(max(1, min(jobs, len(todo)))):
-            projects.put(bake(Path(scratch) / str(copy)))
+            projects.put(bake(Path(scratch) / str(copy), SCOPE_OF.get(kind, "research")))
         project = projects.get()
         for tier in (tiers if survivors else ["plain"]):
             unbroken = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
@@ -367,7 +370,8 @@ def main() -> int:
     parser.add_argument("command", choices=["patches", "kill-ratio", "core-catches"])
     parser.add_argument("--check", action="store_true", help="patches: only compare; change nothing")
     parser.add_argument("--set", default="mutations", choices=list(SETS), help="kill-ratio: which breaks: "
-                        "the mutation suite, or the independent round written from the docs alone")
+                        "the mutation suite, or an independent round written from the docs alone (of the "
+                        "research size; independent-teaching: of the teaching size, whose suite is one tier)")
     parser.add_argument("--out", type=Path, help="kill-ratio: the record (default: breaks/kill-ratio.json, or "
                         "breaks/kill-ratio-independent.json for --set independent)")
     parser.add_argument("--tiers", default=",".join(TIERS), help="kill-ratio: the tiers to try, in order "
