@@ -73,3 +73,23 @@ def test_evaluation_restores_the_mode_it_found(model_and_loader, training):
     found, left = ("train" if training else "eval"), ("train" if model.training else "eval")
     assert model.training is training, f"evaluate() found the model in {found} mode and left it in {left} mode"
     assert all(module.training is training for module in model.modules())
+
+
+def test_evaluate_scores_every_sample_of_the_split_once(model_and_loader):
+    """An oracle computed here: the figures of evaluate() over its batches of 16 are those of one
+    forward pass over the whole split at once, and its forward passes see each sample once. A batch
+    left out, one counted twice, or only the last batch's sums kept would each change them."""
+    model, loader = model_and_loader
+    batches = [to_device(batch, CPU) for batch in loader]
+    assert len(batches) > 1, "the oracle needs a split of several batches"
+    seen = []
+    model.register_forward_pre_hook(lambda module, inputs: seen.append(len(inputs[0])))
+    figures = evaluate(model, loader, CPU)
+    assert sum(seen) == len(loader.dataset), f"evaluate() passed {sum(seen)} samples of {len(loader.dataset)}"
+    inputs, targets = (torch.cat([batch[part] for batch in batches]) for part in (0, 1))
+    model.eval()
+    with torch.no_grad():
+        whole = {name: float(value) for name, value in task.metrics_from_sums(task.batch_sums(model(inputs),
+                                                                                             targets)).items()}
+    assert figures == pytest.approx(whole, rel=1e-5, abs=1e-7), \
+        f"evaluate() gave {figures}; the whole split in one pass gives {whole}"

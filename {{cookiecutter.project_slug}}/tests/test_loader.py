@@ -125,11 +125,9 @@ def test_example_data_the_augmentation_draws_from_all_three_global_generators():
     assert draws == [False, False, False]
 
 
-class DrawsUnseeded(torch.utils.data.Dataset):
-    """The task's first samples, each shifted by a draw from torch's global generator, while it
-    says that it draws from none (`draws_from = ()`): the loader then seeds nothing before a sample."""
-
-    draws_from = ()
+class DrawsUndeclared(torch.utils.data.Dataset):
+    """The task's first samples, each shifted by a draw from each global generator, and saying
+    nothing of what it draws from, as most datasets say nothing: the loader seeds all three."""
 
     def __init__(self, dataset) -> None:
         self.samples = [dataset[index] for index in range(len(dataset))]
@@ -139,12 +137,45 @@ class DrawsUnseeded(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int):
         inputs, target = self.samples[index]
-        return torch.as_tensor(inputs) + torch.rand(()), target
+        return torch.as_tensor(inputs) + torch.rand(()) + random.random() + float(np.random.rand()), target
+
+
+class DrawsUnseeded(DrawsUndeclared):
+    """The same, saying that it draws from none (`draws_from = ()`): the loader then seeds nothing
+    before a sample."""
+
+    draws_from = ()
 
 
 def loader_epoch(dataset, workers: int) -> torch.Tensor:
     loader = make_loader(dataset, batch_size=BATCH, seed=SEED, train=True, num_workers=workers)
     return flat(list(loader))
+
+
+def test_a_dataset_that_says_nothing_of_its_draws_gets_all_three_generators_seeded():
+    """Most datasets declare no draws_from: the loader seeds Python's, NumPy's and torch's generators
+    before each of their samples, so the worker count changes none of their values."""
+    torch.manual_seed(0)
+    undeclared = DrawsUndeclared(train_set())
+    assert torch.equal(loader_epoch(undeclared, 0), loader_epoch(undeclared, 2))
+
+
+def inputs_of(dataset) -> torch.Tensor:
+    return torch.stack([torch.as_tensor(dataset[i][0]) for i in range(len(dataset))])
+
+
+def test_another_seed_with_the_same_data_seed_is_scored_on_the_same_validation_samples():
+    _, val_7 = task.make_datasets(settings(seed=7))
+    _, val_8 = task.make_datasets(settings(seed=8))
+    assert torch.equal(inputs_of(val_7), inputs_of(val_8))
+
+
+@pytest.mark.skipif(not hasattr(task, "make_synthetic"), reason="about the example's data, which this project's "
+                    "task.py replaced")
+def test_example_data_another_data_seed_picks_other_validation_samples():
+    _, val_7 = task.make_datasets(settings(seed=7))
+    _, val_other_data = task.make_datasets(settings(seed=7, data_seed=(settings().data_seed + 1) % 2**32))
+    assert not torch.equal(inputs_of(val_7), inputs_of(val_other_data))
 
 
 def test_negative_control_a_generator_the_loader_does_not_seed_changes_with_the_worker_count():

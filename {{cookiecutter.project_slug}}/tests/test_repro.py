@@ -342,6 +342,25 @@ def test_the_restart_execs_the_same_command_with_the_hash_seed_set_after_flushin
     assert len(started) == 1 and hashseed.RESTARTED not in os.environ  # its children start clean
 
 
+@pytest.mark.parametrize("seed", [0, 7, MAX_SEED])
+def test_the_restart_takes_every_seed_that_seeding_takes(seed, monkeypatch):
+    """--seed accepts 0 .. 2**32-1, PYTHONHASHSEED's range: the restart sets each of them (os.execv,
+    a stand-in), and refuses what seed_everything refuses."""
+    interpreter(monkeypatch)
+    started = []
+    monkeypatch.setenv("PYTHONHASHSEED", "1")  # restored after the test, as is the restart's marker:
+    monkeypatch.setenv(hashseed.RESTARTED, "")  # the stand-in's "restarted process" leaves it set
+    monkeypatch.delenv(hashseed.RESTARTED)
+    monkeypatch.setattr(hashseed, "hash_seed_in_effect", lambda: "random")
+    monkeypatch.setattr(os, "execv", lambda path, argv: started.append(os.environ["PYTHONHASHSEED"]))
+    restart_with_hash_seed(seed)
+    assert started == [str(seed)]
+    for refused in (-1, MAX_SEED + 1, True, 1.5):
+        with pytest.raises(ValueError, match="seed must be an integer"):
+            restart_with_hash_seed(refused)
+    assert started == [str(seed)]
+
+
 def test_a_restart_that_did_not_take_effect_warns_instead_of_looping(monkeypatch):
     """Something (a wrapper script, say) dropped the variable on the way: the marker the restart
     set says it was tried once; a second would be the same, for ever."""

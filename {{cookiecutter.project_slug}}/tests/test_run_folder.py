@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from {{ cookiecutter.project_slug }} import task, train
-from {{ cookiecutter.project_slug }}.train import main
-from {{ cookiecutter.project_slug }}.utils.repro import state_dict_sha256
+from {{ cookiecutter.project_slug }}.train import main, parse_flags
+from {{ cookiecutter.project_slug }}.utils.repro import seed_step, state_dict_sha256
 
 from conftest import FAST, PACKAGE, Run, finish, python_env, settings, start, train_all, wait_for
 
@@ -64,11 +64,15 @@ BAD = {
 
 
 @pytest.mark.parametrize("flags", BAD.values(), ids=BAD.keys())
-def test_a_mistake_gets_one_line_and_exit_2_and_writes_nothing(flags, tmp_path, capsys):
+def test_a_mistake_gets_one_line_and_exit_2_and_writes_nothing(flags, tmp_path, monkeypatch, capsys):
+    """Through command_line(), what `python -m ...train` runs: the lines it has for Ctrl-C and a
+    failing disk take no refusal for one of theirs."""
+    monkeypatch.setattr(sys, "argv", ["train", "--out", str(tmp_path / "never"), *FAST, *flags])
     with pytest.raises(SystemExit) as exit_info:
-        main(["--out", str(tmp_path / "never"), *FAST, *flags])
+        train.command_line()
     assert exit_info.value.code == 2
-    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and error.startswith(f"python -m {PACKAGE}.train: error: "), error
     assert not (tmp_path / "never").exists()
 
 
@@ -100,12 +104,38 @@ def test_the_restart_for_the_hash_seed_comes_before_torch_is_imported(tmp_path):
     assert Run(tmp_path / "run").environment["python_hash_seed"] == "5"
 
 
-def test_resume_refuses_a_setting_other_than_the_recorded_one_and_leaves_the_run_as_it_was(run, capsys):
+def test_the_restart_takes_the_seed_the_run_trains_with(run):
+    """__init__.py reads --seed without argparse, before torch: for each command line, the seed that
+    train.py's own parser then takes (the last --seed typed; with --resume, the recorded one)."""
+    from {{ cookiecutter.project_slug }} import seed_from_command_line
+
+    for argv in (["--seed", "3", "--seed", "5"], ["--seed=3", "--seed", "5"], ["--seed", "5", "--seed=9"],
+                 ["--out", "x", "--seed", "8"], ["--lr", "0.1"], ["--seed", "4294967295"]):
+        assert seed_from_command_line(argv) == parse_flags(argv).seed, argv
+    for argv in (["--seed", "-1"], ["--seed", "4294967296"], ["--seed", "\u0664\u0662"], ["--seed"]):
+        assert seed_from_command_line(argv) is None, argv  # train.py refuses it, in its own words
+    resumed = ["--out", str(run.path), "--resume"]
+    assert seed_from_command_line(resumed) == train.settings(resumed).seed == 3
+
+
+# Each setting a run records, typed with another value than the run's (its --seed 3 and FAST's): only
+# --num-workers, which changes no result, may differ on --resume.
+OTHER_VALUE = {"seed": "4", "data_seed": "4", "epochs": "3", "batch_size": "8", "lr": "0.01", "momentum": "0.5",
+               "width": "8", "dropout": "0.5", "max_samples": "64", "threads": "2", "device": "auto",
+               "deterministic": "warn"}
+
+
+@pytest.mark.parametrize("name", OTHER_VALUE)
+def test_resume_refuses_a_setting_other_than_the_recorded_one_and_leaves_the_run_as_it_was(name, run, capsys):
+    if name not in run.config:
+        pytest.skip(f"this project's train.py has no --{name.replace('_', '-')}")
+    assert OTHER_VALUE[name] != str(run.config[name])
+    flag = f"--{name.replace('_', '-')} {OTHER_VALUE[name]}"
     before = {path: path.read_bytes() for path in run.path.iterdir()}
     with pytest.raises(SystemExit) as exit_info:
-        main(["--out", str(run.path), "--resume", "--lr", "0.01"])
+        main(["--out", str(run.path), "--resume", *flag.split()])
     error = capsys.readouterr().err
-    assert exit_info.value.code == 2 and len(error.strip().splitlines()) == 1 and "--lr 0.01" in error
+    assert exit_info.value.code == 2 and len(error.strip().splitlines()) == 1 and flag in error, error
     assert {path: path.read_bytes() for path in run.path.iterdir()} == before
 
 
@@ -143,6 +173,29 @@ def test_a_loss_that_is_no_longer_finite_stops_the_run_in_one_line_with_its_row_
         last = list(csv.DictReader(file))[-1]
     assert "step 3:" in error and (last["step"], last["split"], last["loss"]) == ("3", "train", "nan")
     assert not (out / "summary.json").exists() and not (out / "model.pt").exists()
+
+
+def test_each_step_draws_from_its_own_key_counted_over_the_whole_run(tmp_path, monkeypatch):
+    """What the process did: at each training step's forward pass, torch's generator (dropout's) is
+    where seed_step(seed, step) puts it, the step counted from 1 over the whole run, not within its
+    epoch (every epoch would then draw the first epoch's dropout masks again, and two runs, or a
+    resumed one, would still agree)."""
+    states, make_model = [], task.make_model
+
+    def recorded(config, train_set):  # whatever the task's model: the generator at each training forward pass
+        model = make_model(config, train_set)
+        model.register_forward_pre_hook(lambda module, inputs: states.append(torch.get_rng_state())
+                                        if module.training else None)
+        return model
+
+    monkeypatch.setattr(task, "make_model", recorded)
+    assert main(["--out", str(tmp_path / "run"), *FAST, "--seed", "5"]) == 0
+    with open(tmp_path / "run" / "metrics.csv", newline="", encoding="utf-8") as file:
+        steps = [int(row["step"]) for row in csv.DictReader(file) if row["split"] == "train"]
+    assert steps == list(range(1, len(steps) + 1)) and len(states) == len(steps) > 2
+    for step, state in zip(steps, states, strict=True):
+        seed_step(5, step)
+        assert torch.equal(state, torch.get_rng_state()), f"step {step} drew from another key than (seed, {step})"
 
 
 def copy_of(run: Run, folder) -> Run:

@@ -19,8 +19,6 @@ from {{ cookiecutter.project_slug }}.utils.repro import state_dict_sha256
 
 from conftest import FAST, settings, steps_per_epoch
 
-EXAMPLE_DATA = hasattr(task, "make_synthetic")  # the example's own data; a project with its own lacks it
-
 
 def test_one_seed_in_two_fresh_processes_gives_identical_losses_and_weights(runs):
     first, second = runs["seed7"], runs["seed7_again"]
@@ -110,27 +108,6 @@ def test_device_names_are_recorded_in_one_spelling(typed, tmp_path):
 
     typed_settings, _ = parse_command_line(["--device", typed])
     assert typed_settings["device"] == "cpu"
-
-
-def inputs_of(dataset) -> torch.Tensor:
-    return torch.stack([torch.as_tensor(dataset[i][0]) for i in range(len(dataset))])
-
-
-def test_another_seed_with_the_same_data_seed_is_scored_on_the_same_validation_samples():
-    from {{ cookiecutter.project_slug }}.config import Config
-
-    _, val_7 = task.make_datasets(Config(seed=7))
-    _, val_8 = task.make_datasets(Config(seed=8))
-    assert torch.equal(inputs_of(val_7), inputs_of(val_8))
-
-
-@pytest.mark.skipif(not EXAMPLE_DATA, reason="about the example's data, which this project's task.py replaced")
-def test_example_data_another_data_seed_picks_other_validation_samples():
-    from {{ cookiecutter.project_slug }}.config import Config
-
-    _, val_7 = task.make_datasets(Config(seed=7))
-    _, val_other_data = task.make_datasets(Config(seed=7, data_seed=(Config().data_seed + 1) % 2**32))
-    assert not torch.equal(inputs_of(val_7), inputs_of(val_other_data))
 
 
 def test_an_out_folder_that_holds_a_run_is_refused_and_left_intact(runs, capsys):
