@@ -214,18 +214,6 @@ def test_each_global_step_sees_the_same_samples_whatever_the_number_of_processes
     for step in range(size // global_batch):
         union = sorted(i for shard in shards for i in shard[step * per_rank:(step + 1) * per_rank])
         assert union == sorted(single[step * global_batch:(step + 1) * global_batch])
-{%- if cookiecutter.dataset == "digits" %}
-
-
-@pytest.mark.skipif(not hasattr(task, "load_digits_arrays"), reason="about the example's digits")
-def test_example_data_the_digits_are_exactly_scikit_learns():
-    from sklearn.datasets import load_digits
-
-    images, labels = task.load_digits_arrays()
-    digits = load_digits()
-    assert np.array_equal(images[:, 0], (digits.images / 16.0).astype(np.float32))
-    assert np.array_equal(labels, digits.target)
-{%- endif %}
 
 
 def test_a_loader_worker_ignores_ctrl_c_from_its_init_function_on():

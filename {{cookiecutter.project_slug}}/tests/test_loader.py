@@ -28,11 +28,6 @@ def flat(batches) -> torch.Tensor:
     return torch.cat([torch.as_tensor(batch[0]).reshape(-1).double() for batch in batches])
 
 
-def one_epoch(seed: int, num_workers: int, epoch: int = 0) -> torch.Tensor:
-    """Everything a fresh training loader yields in one epoch."""
-    return flat(epoch_batches(seed, num_workers, epoch))
-
-
 def epoch_batches(seed: int, num_workers: int, epoch: int = 0) -> list:
     """The batches a fresh training loader yields in one epoch."""
     loader = make_loader(train_set(), batch_size=BATCH, seed=seed, train=True, num_workers=num_workers)
@@ -60,18 +55,23 @@ def test_the_worker_count_changes_no_augmented_value():
     assert not parted, f"one seed, 0 workers against 2: {parted} (the order is the same, so an augmentation differs)"
 
 
+def order_of(seed: int, epoch: int = 0) -> list[int]:
+    """The order itself: the indices a training loader's sampler yields in `epoch`."""
+    sampler = make_loader(train_set(), batch_size=BATCH, seed=seed, train=True).sampler
+    sampler.set_epoch(epoch)
+    return [index for _, index in sampler]
+
+
 def test_another_seed_gives_another_order():
-    assert not torch.equal(one_epoch(SEED, 0), one_epoch(SEED + 1, 0))
+    """The order, not the augmented values (those differ by seed whatever the order)."""
+    assert order_of(SEED) != order_of(SEED + 1)
+    assert sorted(order_of(SEED + 1)) == sorted(order_of(SEED))  # each a permutation of the same samples
 
 
 def test_each_epoch_has_its_own_order():
     """The order itself, not the augmented values (those differ by epoch whatever the order): each
     epoch a permutation of the samples, no two epochs the same one."""
-    sampler = make_loader(train_set(), batch_size=BATCH, seed=SEED, train=True).sampler
-    orders = []
-    for epoch in range(3):
-        sampler.set_epoch(epoch)
-        orders.append(tuple(index for _, index in sampler))
+    orders = [tuple(order_of(SEED, epoch)) for epoch in range(3)]
     assert all(sorted(order) == list(range(SAMPLES)) for order in orders)
     assert len(set(orders)) == len(orders)
 
@@ -185,3 +185,15 @@ def test_negative_control_a_generator_the_loader_does_not_seed_changes_with_the_
     torch.manual_seed(0)
     unseeded = DrawsUnseeded(train_set())
     assert not torch.equal(loader_epoch(unseeded, 0), loader_epoch(unseeded, 2))
+{%- if cookiecutter.dataset == "digits" %}
+
+
+@pytest.mark.skipif(not hasattr(task, "load_digits_arrays"), reason="about the example's digits")
+def test_example_data_the_digits_are_exactly_scikit_learns():
+    from sklearn.datasets import load_digits
+
+    images, labels = task.load_digits_arrays()
+    digits = load_digits()
+    assert np.array_equal(images[:, 0], (digits.images / 16.0).astype(np.float32))
+    assert np.array_equal(labels, digits.target)
+{%- endif %}

@@ -3,6 +3,7 @@ threads, the weights hash."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import random
@@ -398,6 +399,30 @@ def test_a_step_seeds_the_gpu_it_runs_on_from_the_step_stream_of_its_key(monkeyp
     monkeypatch.setattr(torch.cuda, "manual_seed", calls.append)
     seed_step(7, step=3, device=torch.device("cuda"))
     assert calls == [keyed_seed(derive_seed(7, Stream.STEP, 0), 3, 0)]
+
+
+def test_seeding_for_a_gpu_by_its_index_seeds_that_gpus_generator_not_the_current_ones(monkeypatch):
+    """torch.cuda.manual_seed seeds the generator of the *current* GPU, GPU 0 in a process that never
+    called set_device (one process on --device cuda:1): the GPU named must be current while it
+    seeds, and the current one current again after. Stand-ins for the current device and for the
+    seeding, which records the GPU it found current (this machine may have none)."""
+    current, seeded = [0], []
+
+    @contextlib.contextmanager
+    def made_current(index: int):
+        before = current[0]
+        current[0] = before if index == -1 else index  # -1: leaves the current one, as torch does
+        try:
+            yield
+        finally:
+            current[0] = before
+
+    monkeypatch.setattr(torch.cuda, "device", made_current)
+    monkeypatch.setattr(torch.cuda, "manual_seed", lambda seed: seeded.append((current[0], seed)))
+    seed_global_generators(5, torch.device("cuda", 1))
+    seed_global_generators(6, torch.device("cuda"))
+    seed_step(7, step=3, device=torch.device("cuda:2"))
+    assert seeded == [(1, 5), (0, 6), (2, keyed_seed(derive_seed(7, Stream.STEP, 0), 3, 0))] and current == [0]
 
 
 def test_the_recorded_settings_hold_the_cublas_variable_as_it_is_set(monkeypatch):

@@ -22,8 +22,9 @@ Here, three pieces make the data stream a function of (seed, epoch, index) alone
   the generators seeded for its last sample: harmless, since the training loop seeds them again
   before every forward pass (repro.py: seed_step).
   Seeding is most of what this costs a sample, so a dataset may say which generators its
-  `__getitem__` draws from: `draws_from = ("torch",)` (torchvision's transforms draw from torch
-  alone), `draws_from = ()` (no random augmentation); only those are seeded.
+  `__getitem__` draws from: `draws_from = ("torch",)` (torchvision's v2 transforms draw from torch
+  alone; v1's RandomChoice and RandomOrder draw from Python's random too), `draws_from = ()` (no
+  random augmentation); only those are seeded.
   Without the attribute, all three are. A dataset that draws from a generator it leaves out would
   draw differently in each worker: declare every generator that any sample may draw from.
 - the loader's own generator is seeded, so making an iterator draws nothing from torch's

@@ -64,7 +64,8 @@ def set_thread_count(threads: int) -> None:
     Guards against: a reduction (a sum, a matrix product) split over one thread per core, the
     default, and added up in an order that depends on the split: other bits on a machine with
     another core count. Costs: the speed of the cores left idle. The split follows the thread
-    count, not the cores, so a count above 1 repeats too, on any machine, once it is recorded.
+    count, not the cores, so a count above 1 repeats too, once recorded, on any machine whose CPU
+    takes the same kernels (its instruction set: the research size's --cpu-kernels portable pins it).
     """
     torch.set_num_threads(threads)
 
@@ -148,7 +149,11 @@ def seed_global_generators(seed: int, device: torch.device | None = None,
     if "torch" in generators:
         torch.default_generator.manual_seed(seed)
     if device is not None and device.type == "cuda":
-        torch.cuda.manual_seed(seed)  # the current GPU: the one this process trains on
+        # torch.cuda.manual_seed seeds the *current* GPU's generator: GPU 0 unless set_device chose
+        # another (torchrun's ranks do; one process on --device cuda:1 does not). So `device` is made
+        # current while it seeds (-1, for a device without an index: the current one, left as it is).
+        with torch.cuda.device(-1 if device.index is None else device.index):
+            torch.cuda.manual_seed(seed)
     elif device is not None and device.type == "mps":
         torch.mps.manual_seed(seed)
 
