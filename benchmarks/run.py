@@ -1,7 +1,7 @@
 """What reproducibility costs, measured side by side on the CPU.
 
     python benchmarks/run.py                 # about 6 minutes (two idle cores); writes benchmarks/results.json
-    python benchmarks/run.py --quick         # fewer steps and repeats (about 3 minutes)
+    python benchmarks/run.py --quick         # fewer steps and repeats, no test-suite run (about 1.5 minutes)
     python benchmarks/run.py --smoke --json /tmp/smoke.json   # every part once, tiny (seconds): a test of the script
 
 Bakes the template with its defaults into a scratch folder, imports the baked package, and
@@ -53,8 +53,10 @@ Also measured:
   machine            date and time, platform, CPUs, Python, torch, the command, the load average
                      (1, 5, 15 minutes) before and after: how idle the machine was
 
---smoke runs every part above once on a few steps and samples, except the slow ones (compile,
-study, the test suite, lightning): its figures mean nothing, it only shows that the script works.
+--quick runs every part but the generated test suite (whose run alone takes minutes), on fewer
+steps and repeats. --smoke runs every part above once on a few steps and samples, except the slow
+ones (compile, study, the test suite, lightning): its figures mean nothing, it only shows that the
+script works.
 Every figure in the READMEs' benchmark tables comes from here.
 """
 
@@ -446,7 +448,8 @@ def machine(mode: str, load_before: tuple[float, ...], started: float,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     speed = parser.add_mutually_exclusive_group()
-    speed.add_argument("--quick", action="store_true", help="fewer steps and repeats (about 3 minutes)")
+    speed.add_argument("--quick", action="store_true", help="fewer steps and repeats, no test-suite run "
+                       "(about 1.5 minutes)")
     speed.add_argument("--smoke", action="store_true", help="every fast part once, tiny: a test of the script")
     parser.add_argument("--json", type=Path, help="where to write the results (default: benchmarks/results.json; "
                         "--smoke writes only where this says)")
@@ -487,6 +490,7 @@ def measure(mode: str, scratch: Path) -> dict[str, object]:
     results["strict_import_seconds"] = strict_import_seconds(1 if mode == "smoke" else 3)
     if mode != "smoke":
         results.update(study_seconds(project, scratch))
+    if mode == "full":  # the generated suite takes minutes: --quick leaves it to the full run
         results.update(test_suite_seconds(project))
     results["bake_seconds"] = bake_seconds
     return results

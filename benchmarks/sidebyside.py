@@ -984,7 +984,8 @@ def report(results: dict) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     speed = parser.add_mutually_exclusive_group()
-    speed.add_argument("--quick", action="store_true", help="1 round of 2 epochs (about 1.5 minutes on two quiet cores)")
+    speed.add_argument("--quick", action="store_true",
+                       help="1 round of 2 epochs (about 1.5 minutes on two quiet cores)")
     speed.add_argument("--smoke", action="store_true", help="every part once, tiny: a test of the script")
     speed.add_argument("--readme", action="store_true", help="print the README's paragraphs from the --json record")
     parser.add_argument("--rounds", type=int, help="rounds (default: 5; --quick and --smoke: 1)")
