@@ -7,7 +7,7 @@ own, so a session costs no install, and CI's `bash .ci/run` and `nox -s full` ru
     lint          ruff over the template's code, the core and the examples
     core          the core's own unit tests (core/tests/): no bake, about a minute
     examples      the core in an existing project: a plain PyTorch script and a Lightning one
-    fast          the fast loop: a bake of the defaults and its plain suite, then what trains nothing
+    fast          the fast loop: a bake of the defaults, linted, then the template's tests that train nothing
     combination   one named option combination of tests/test_bake.py, baked, linted, its suite run:
                   nox -s "combination(name='teaching')"
     full          everything CI runs (bash .ci/run runs the same script)

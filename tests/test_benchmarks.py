@@ -39,6 +39,7 @@ def positive(value: object) -> bool:
     return isinstance(value, float) and math.isfinite(value) and value > 0
 
 
+@pytest.mark.slow  # runs a benchmark script, which trains: the full suite's
 def test_run_py_measures_every_target_and_says_where_and_when(tmp_path):
     results = smoke("run.py", tmp_path=tmp_path)
     assert all(positive(results[name]) for name in RUN_RATIOS), {name: results.get(name) for name in RUN_RATIOS}
@@ -51,6 +52,7 @@ def test_run_py_measures_every_target_and_says_where_and_when(tmp_path):
     assert len(machine["load_average_before"]) == len(machine["load_average_after"]) == 3
 
 
+@pytest.mark.slow  # runs a benchmark script, which trains: the full suite's
 def test_gpu_py_runs_every_part_but_compile_on_the_cpu(tmp_path):
     results = smoke("gpu.py", "--device", "cpu", tmp_path=tmp_path)
     assert results["device"] == "cpu"
@@ -157,6 +159,7 @@ def invariant_benchmark():
     return invariant
 
 
+@pytest.mark.slow  # runs a benchmark script, which trains: the full suite's
 def test_invariant_py_gives_one_hash_for_the_mode_on_1_2_and_4_processes_and_three_for_plain_ddp(tmp_path):
     results = smoke("invariant.py", tmp_path=tmp_path)
     assert len(set(results["hashes"]["invariant"].values())) == 1, results["hashes"]
