@@ -46,7 +46,8 @@ Also measured:
   lightning_vs_ours  lightning.Trainer(deterministic=True) on the same model and data, steps/s
                      relative to our loop under strict (only where lightning is installed)
   checkpoint_ms      one checkpoint of the example model (atomic, fsynced)
-  strict_import_seconds  the one-off start-up cost of torch.use_deterministic_algorithms(True)
+  strict_import_seconds  the one-off start-up cost of torch.use_deterministic_algorithms(True) in a bare
+                     process (it imports the compiler, which a torch.optim optimizer imports anyway)
   study_jobs2_vs_serial  wall time of `study --seeds 0-4 --jobs 2` against `--jobs 1` (lower is better)
   bake_seconds, test_suite_seconds
                      baking the template; the generated project's whole plain test suite
