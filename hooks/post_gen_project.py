@@ -34,9 +34,9 @@ QUICK_START = {"en": "Quick start", "zh": "快速上手"}
 # What one size of the project has and the other has not (paths in the project; {package} is the
 # package's folder). The files both have, utils/ and task.py among them, are the same in both;
 # a file whose content differs by size has one template file per size, named with a condition
-# (train.py, tests/conftest.py, README.md), and is not listed here.
+# (train.py, config.py, tests/conftest.py, README.md), and is not listed here.
 RESEARCH_ONLY = (
-    "src/{package}/engine", "src/{package}/config.py", "src/{package}/verify.py", "src/{package}/compare.py",
+    "src/{package}/engine", "src/{package}/verify.py", "src/{package}/compare.py",
     "src/{package}/evaluate.py", "src/{package}/doctor.py", "src/{package}/study.py", "src/{package}/plot.py",
     "src/{package}/__main__.py", "src/{package}/operations.py",
     "slurm", "docs",

@@ -54,3 +54,18 @@ def test_utils_can_be_copied_into_another_project_alone(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path / "elsewhere",
                             env=env)
     assert result.returncode == 0 and result.stdout.strip() == "cpu", result.stderr[-3000:]
+
+
+def test_a_task_py_may_import_config_for_its_type_hints_in_either_size(tmp_path):
+    """A task.py written for the research size annotates `config: Config`, imported from the
+    package's config.py; the teaching size's config.py has that name too, so the same task.py
+    imports in both (the package copied, the line added to its task.py, in a fresh interpreter)."""
+    package = shutil.copytree(SRC / PACKAGE, tmp_path / PACKAGE)
+    task = package / "task.py"
+    task.write_text(task.read_text(encoding="utf-8") + "\nfrom .config import Config  # for type hints\n",
+                    encoding="utf-8")
+    code = f"import {PACKAGE}.config, {PACKAGE}.task\nprint({PACKAGE}.task.Config is {PACKAGE}.config.Config)"
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                            env={**env, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0 and result.stdout.strip() == "True", result.stderr[-3000:]

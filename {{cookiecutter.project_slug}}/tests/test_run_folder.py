@@ -17,7 +17,9 @@ import pytest
 import torch
 
 from {{ cookiecutter.project_slug }} import task, train
-from {{ cookiecutter.project_slug }}.train import main, parse_flags
+from {{ cookiecutter.project_slug }}.config import parse_flags
+from {{ cookiecutter.project_slug }}.config import settings as settings_of
+from {{ cookiecutter.project_slug }}.train import main
 from {{ cookiecutter.project_slug }}.utils.repro import seed_step, state_dict_sha256
 
 from conftest import FAST, PACKAGE, Run, finish, python_env, settings, start, train_all, wait_for
@@ -115,7 +117,7 @@ def test_the_restart_takes_the_seed_the_run_trains_with(run):
     for argv in (["--seed", "-1"], ["--seed", "4294967296"], ["--seed", "\u0664\u0662"], ["--seed"]):
         assert seed_from_command_line(argv) is None, argv  # train.py refuses it, in its own words
     resumed = ["--out", str(run.path), "--resume"]
-    assert seed_from_command_line(resumed) == train.settings(resumed).seed == 3
+    assert seed_from_command_line(resumed) == settings_of(resumed).seed == 3
 
 
 # Each setting a run records, typed on --resume with another value than the run's (the first of two

@@ -2,7 +2,8 @@
 """{{ cookiecutter.project_slug }}: a PyTorch training project whose runs repeat bit for bit.
 
     task.py      yours: the data, the model, the loss and the metrics
-    train.py     the training program: read it top to bottom (python -m {{ cookiecutter.project_slug }}.train)
+    train.py     the training recipe: read it top to bottom (python -m {{ cookiecutter.project_slug }}.train)
+    config.py    its settings: every flag, its default and its check
     utils/       what any project could copy: the reproducibility settings, the device, the seeded loader
 """
 
