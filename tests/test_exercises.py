@@ -445,19 +445,21 @@ def test_the_mutation_tool_leaves_out_the_tests_that_start_a_process_and_keeps_t
         assert not starts_a_child.search(code), code
 
 
-def test_the_readme_quotes_the_teaching_rounds_record_as_it_is():
-    """breaks/kill-ratio-independent-teaching.json (`python scripts/breaks.py kill-ratio --set
-    independent-teaching --tiers plain`) holds results only for breaks of
-    breaks/independent-teaching.toml, in its order, each tried against the teaching suite's one tier,
-    with ratios that add up; the template README quotes the ratio and the date."""
-    record = json.loads((ROOT / "breaks" / "kill-ratio-independent-teaching.json").read_text(encoding="utf-8"))
-    names = [brk.name for brk in breaks.load("independent-teaching")]
+@pytest.mark.parametrize(("kind", "heading"), [("independent-teaching", "The teaching size's independent round"),
+                                               ("independent-teaching-2", "The teaching size's second round")])
+def test_the_readme_quotes_the_teaching_rounds_record_as_it_is(kind: str, heading: str):
+    """breaks/kill-ratio-<kind>.json (`python scripts/breaks.py kill-ratio --set <kind> --tiers
+    plain`) holds results only for breaks of breaks/<kind>.toml, in its order, each tried against the
+    teaching suite's one tier, with ratios that add up; the template README quotes the ratio and the
+    date under the round's heading."""
+    record = json.loads((ROOT / "breaks" / breaks.SETS[kind]).read_text(encoding="utf-8"))
+    names = [brk.name for brk in breaks.load(kind)]
     assert list(record["caught"]) == [name for name in names if name in record["caught"]]
     assert record["tiers"] == ["plain"] and set(record["caught"].values()) <= {"plain", None}
     caught = list(record["caught"].values())
     assert record["plain"] == f"{caught.count('plain')}/{len(caught)}"
     assert record["tried"] == f"{len(caught)} of {len(names)}"
-    section = (ROOT / "README.md").read_text(encoding="utf-8").split("### The teaching size's independent round")[1]
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split(f"### {heading}")[1]
     text = " ".join(section.split("\n### ")[0].split("\n## ")[0].split())
     plain, tried = record["plain"].split("/")
     assert f"**{plain} of {tried}** caught by plain `pytest`" in text and f"on {record['date']}" in text
