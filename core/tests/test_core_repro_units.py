@@ -163,6 +163,15 @@ def test_an_existing_deterministic_cublas_config_is_kept(monkeypatch):
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
 
 
+@pytest.mark.parametrize("shell", [":0:0", ":4096:2", "4096:8", ""])
+def test_a_cublas_config_from_the_shell_that_nvidia_does_not_document_as_deterministic_is_replaced(shell, monkeypatch):
+    """Only ":4096:8" and ":16:8" make cuBLAS repeat; any other value the shell left is replaced
+    (while CUDA has not read it yet), not taken as a setting."""
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", shell)
+    configure_determinism("strict")
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+
+
 def test_strict_after_cuda_initialised_without_the_cublas_variable_is_refused(monkeypatch):
     """The variable would be set too late to matter; saying so beats a silent non-determinism."""
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
@@ -263,7 +272,8 @@ def started_with(monkeypatch, environ: bytes | None) -> list:
 
 @pytest.mark.parametrize("environ, in_effect", [
     (b"HOME=/root\0PYTHONHASHSEED=42\0LANG=C.UTF-8\0", "42"), (b"HOME=/root\0", "random"),
-    (b"PYTHONHASHSEED=\0", "random"), (b"PYTHONHASHSEEDS=1\0MY_PYTHONHASHSEED=3\0", "random")])
+    (b"PYTHONHASHSEED=\0", "random"), (b"PYTHONHASHSEEDS=1\0MY_PYTHONHASHSEED=3\0", "random"),
+    (b"LS_COLORS=rs=0:di=01;34\0PYTHONHASHSEED=42\0", "42")])  # a value may hold "=" itself
 def test_the_hash_seed_in_effect_is_the_one_the_process_started_with_not_one_set_since(environ, in_effect,
                                                                                         monkeypatch):
     monkeypatch.setenv("PYTHONHASHSEED", "7")  # set since the start: not in effect

@@ -76,6 +76,30 @@ def test_each_epoch_has_its_own_order():
     assert len(set(orders)) == len(orders)
 
 
+def test_a_validation_loader_yields_every_sample_once_in_the_datasets_order_every_epoch():
+    """What evaluation scores: the split itself, whatever the epoch (a shuffled one would add the
+    same figures up in another order, and differ in the last bits)."""
+    val_set = first(task.make_datasets(settings(seed=SEED))[1], SAMPLES)
+    loader = make_loader(val_set, batch_size=BATCH, seed=SEED, train=False)
+    for epoch in (0, 1):
+        loader.sampler.set_epoch(epoch)
+        assert torch.equal(flat(list(loader)), flat([val_set[index] for index in range(len(val_set))])), epoch
+
+
+def test_making_a_loader_and_its_iterator_draws_nothing_from_the_global_generators():
+    """The loader takes its workers' seeds from a generator of its own: building one, or starting
+    an epoch, moves none of the generators the training step draws from."""
+    dataset = train_set()
+    before = global_states()
+    iter(make_loader(dataset, batch_size=BATCH, seed=SEED, train=True))
+    after = global_states()
+    assert after[:2] == before[:2] and torch.equal(after[2], before[2])
+
+
+def global_states() -> tuple:
+    return random.getstate(), np.random.get_state()[1].tolist(), torch.get_rng_state()
+
+
 def augmented(dataset, key) -> torch.Tensor:
     return torch.as_tensor(KeyedRandomness(dataset, seed=SEED, stream=0)[key][0]).double()
 
@@ -123,6 +147,22 @@ def test_example_data_the_augmentation_draws_from_all_three_global_generators():
         seed_one(1)  # only this generator moves
         draws.append(torch.equal(dataset[5][0], reference))
     assert draws == [False, False, False]
+
+
+@pytest.mark.skipif(not hasattr(task, "random_shift_contrast_noise"),
+                    reason="about the example's augmentation, which this project's task.py replaced")
+def test_example_data_the_augmentation_shifts_by_up_to_one_pixel_every_way():
+    """One bright pixel in the middle of a dark image, augmented 300 times: it lands on each of the
+    nine places at most one pixel away, and nowhere else (contrast and noise keep it the brightest)."""
+    image = torch.zeros(1, 8, 8)
+    image[0, 4, 4] = 1.0
+    for generator in (random.seed, np.random.seed, torch.manual_seed):
+        generator(0)
+    landed = set()
+    for _ in range(300):
+        row, column = divmod(int(task.random_shift_contrast_noise(image).argmax()), 8)
+        landed.add((row - 4, column - 4))
+    assert landed == {(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)}
 
 
 class DrawsUndeclared(torch.utils.data.Dataset):

@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,7 +23,7 @@ from {{ cookiecutter.project_slug }}.config import settings as settings_of
 from {{ cookiecutter.project_slug }}.train import main
 from {{ cookiecutter.project_slug }}.utils.repro import seed_step, state_dict_sha256
 
-from conftest import FAST, PACKAGE, Run, finish, python_env, settings, start, train_all, wait_for
+from conftest import FAST, HANG, PACKAGE, Run, finish, python_env, settings, start, train_all, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +55,11 @@ BAD = {
     "learning rate not a number": ("--lr", "fast"),
     "learning rate below 0": ("--lr", "-1"),
     "learning rate NaN": ("--lr", "nan"),
+    "learning rate infinite": ("--lr", "inf"),
     "dropout above 1": ("--dropout", "1.5"),
+    "dropout of 1 (every unit dropped)": ("--dropout", "1"),
     "negative momentum": ("--momentum", "-1"),
+    "momentum of 1 (no decay)": ("--momentum", "1"),
     "seed in Arabic-Indic digits": ("--seed", "\u0664\u0662"),
     "comma-separated GPUs": ("--device", "cuda:1,2"),
     "unknown determinism mode": ("--deterministic", "sometimes"),
@@ -143,6 +147,44 @@ def test_resume_refuses_a_setting_other_than_the_recorded_one_and_leaves_the_run
     assert {path: path.read_bytes() for path in run.path.iterdir()} == before
 
 
+# Each setting a result depends on, with values other than the bake's defaults: a run with one of
+# them ends with other weights than the same run without it. A flag that no code reads changes
+# nothing, and two runs of it still agree; config.json records it all the same.
+CHANGES_THE_WEIGHTS = {"seed": ("4", "5"), "data_seed": ("4", "5"), "epochs": ("2",), "batch_size": ("8",),
+                       "lr": ("0.01", "0.02"), "momentum": ("0.5", "0.6"), "width": ("8", "4"),
+                       "dropout": ("0.5", "0.4"), "max_samples": ("16",)}
+SMALL = ("--epochs", "1", "--device", "cpu", "--max-samples", "32", "--batch-size", "16")  # two steps
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory) -> Run:
+    folder = tmp_path_factory.mktemp("small") / "run"
+    assert main(["--out", str(folder), *SMALL]) == 0
+    return Run(folder)
+
+
+@pytest.mark.parametrize("name", CHANGES_THE_WEIGHTS)
+def test_each_setting_that_a_result_depends_on_changes_the_weights(name, small_run, tmp_path):
+    if name not in small_run.config:
+        pytest.skip(f"this project's train.py has no --{name.replace('_', '-')}")
+    other = next(value for value in CHANGES_THE_WEIGHTS[name] if value != str(small_run.config[name]))
+    flag = f"--{name.replace('_', '-')}"
+    assert main(["--out", str(tmp_path / "other"), *SMALL, flag, other]) == 0
+    changed = Run(tmp_path / "other")
+    assert str(changed.config[name]) == other
+    assert changed.weights != small_run.weights, f"{flag} {other} trained the weights of {small_run.config[name]}"
+
+
+@pytest.mark.parametrize(("mode", "algorithms", "warn_only"),
+                         [("strict", True, False), ("warn", True, True), ("off", False, False)])
+def test_the_determinism_mode_typed_is_the_one_in_effect_as_the_run_trains(mode, algorithms, warn_only, tmp_path):
+    """environment.json records what was in effect once the run had set it up: --deterministic acts."""
+    assert main(["--out", str(tmp_path / "run"), *SMALL, "--deterministic", mode]) == 0
+    recorded = Run(tmp_path / "run").environment["determinism"]
+    assert (recorded["deterministic_algorithms"], recorded["deterministic_warn_only"]) == (algorithms, warn_only)
+    assert recorded["cudnn_deterministic"] == algorithms
+
+
 def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_start_with_its_settings(run, tmp_path):
     """What a stop in epoch 1 leaves: config.json, environment.json and some rows, no checkpoint.
     --resume trains it from the start with the recorded settings, to the uninterrupted run's bits."""
@@ -218,11 +260,15 @@ def refused_on_resume(folder, capsys) -> str:
     return error
 
 
-def test_resume_refuses_a_metrics_csv_with_fewer_rows_than_its_checkpoint_counted(run, tmp_path, capsys):
+@pytest.mark.parametrize("short_by", [1, 3, "all"])
+def test_resume_refuses_a_metrics_csv_with_fewer_rows_than_its_checkpoint_counted(short_by, run, tmp_path, capsys):
+    """One row short is the case a check off by one lets through (the header is a line, not a row)."""
     folder = copy_of(run, tmp_path / "cut").path
-    rows = (folder / "metrics.csv").read_text(encoding="utf-8").splitlines(keepends=True)
-    (folder / "metrics.csv").write_text("".join(rows[:10]), encoding="utf-8")
-    assert "9 rows" in refused_on_resume(folder, capsys)
+    counted = torch.load(folder / "checkpoint.pt", weights_only=True)["rows"]
+    kept = 0 if short_by == "all" else counted - short_by
+    lines = (folder / "metrics.csv").read_text(encoding="utf-8").splitlines(keepends=True)
+    (folder / "metrics.csv").write_text("".join(lines[:1 + kept]), encoding="utf-8")
+    assert f"has {kept} rows; the checkpoint counted {counted}" in refused_on_resume(folder, capsys)
 
 
 @pytest.mark.parametrize("text", ["", '{"seed": 3', "[1, 2]", '{"seed": 3}', "7"],
@@ -234,8 +280,13 @@ def test_resume_refuses_a_config_json_it_cannot_read_back(text, run, tmp_path, c
 
 
 class RunsCode:
+    """Unpickled with code allowed, it makes the folder it names: the sign that the code ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
     def __reduce__(self):
-        return os.system, ("echo ran >&2",)
+        return os.mkdir, (str(self.marker),)
 
 
 @pytest.mark.parametrize("content", ["another project's", "without its row count", "crafted to run code",
@@ -249,10 +300,11 @@ def test_resume_refuses_a_checkpoint_that_is_not_this_runs_in_one_line(content, 
         torch.save({key: value for key, value in torch.load(checkpoint, weights_only=True).items() if key != "rows"},
                    checkpoint)
     elif content == "crafted to run code":
-        checkpoint.write_bytes(pickle.dumps({"model": RunsCode()}, protocol=2))
+        checkpoint.write_bytes(pickle.dumps({"model": RunsCode(tmp_path / "the code ran")}, protocol=2))
     else:
         checkpoint.write_bytes(checkpoint.read_bytes()[:100])
     assert "is not a checkpoint of this run" in refused_on_resume(folder, capsys)
+    assert not (tmp_path / "the code ran").exists(), "loading the checkpoint ran the code it carried"
 
 
 def test_ctrl_c_ends_the_run_in_one_line_with_exit_130_and_its_last_checkpoint_whole(tmp_path, monkeypatch, capsys):
@@ -327,15 +379,26 @@ def test_a_folder_a_run_is_training_in_is_refused_to_a_second_run_and_to_resume_
     try:
         wait_for(marker, live)
         before = {path: path.read_bytes() for path in out.iterdir()}
+        # Refused at once, not made to wait for the folder to be free (then it would write its rows
+        # after the live run's): HANG, a limit that only ends a hang, turns a wait into a failure.
+        signal.signal(signal.SIGALRM, waited_for_the_lock)
+        signal.alarm(HANG)
         with pytest.raises(SystemExit) as exit_info:
             main(["--out", str(out), "--resume"])  # the live run has no checkpoint yet: it would start over
         error = capsys.readouterr().err.strip()
         assert exit_info.value.code == 2 and len(error.splitlines()) == 1 and "in use" in error
         with pytest.raises(SystemExit):  # a second new run that got past settings() before config.json was written
             train.lock_run_folder(out)
+        signal.alarm(0)
         assert "in use" in capsys.readouterr().err
         assert {path: path.read_bytes() for path in out.iterdir()} == before
     finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
         os.killpg(live.pid, signal.SIGKILL)
         live.wait()
     os.close(train.lock_run_folder(out))  # the control: the killed run's lock went with it
+
+
+def waited_for_the_lock(signum, frame):
+    raise AssertionError(f"still waiting for the folder's lock after {HANG} s, where it must be refused at once")
