@@ -9,6 +9,7 @@
     python scripts/breaks.py kill-ratio --set independent --survivors --tiers distributed,slow   # its survivors
     python scripts/breaks.py kill-ratio --set independent-teaching --tiers plain   # the teaching size's round
     python scripts/breaks.py kill-ratio --set independent-teaching-2 --tiers plain # its second, fresh round
+    python scripts/breaks.py kill-ratio --set independent-2 --tiers plain   # the research size's second round
     python scripts/breaks.py core-catches     # the mutation suite's breaks of core files, each against core/tests/
 
 A break replaces one piece of text inside one function (or method, `Class.method`) of one file of
@@ -176,7 +177,8 @@ def patches(check: bool) -> int:
 TIERS = {"plain": [], "distributed": ["-m", "distributed"], "slow": ["-m", "slow"]}
 SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.json",
         "independent-teaching": "kill-ratio-independent-teaching.json",
-        "independent-teaching-2": "kill-ratio-independent-teaching-2.json"}
+        "independent-teaching-2": "kill-ratio-independent-teaching-2.json",
+        "independent-2": "kill-ratio-independent-2.json"}
 # The size a set breaks; the others break the research size.
 SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teaching"}
 
@@ -374,8 +376,8 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="patches: only compare; change nothing")
     parser.add_argument("--set", default="mutations", choices=list(SETS), help="kill-ratio: which breaks: "
                         "the mutation suite, or an independent round written from the docs alone (of the "
-                        "research size; independent-teaching and its second round, -2: of the teaching size, "
-                        "whose suite is one tier)")
+                        "research size, independent-2 its second round; independent-teaching and its second round, "
+                        "-2: of the teaching size, whose suite is one tier)")
     parser.add_argument("--out", type=Path, help="kill-ratio: the record (default: breaks/kill-ratio.json, or "
                         "breaks/kill-ratio-independent.json for --set independent)")
     parser.add_argument("--tiers", default=",".join(TIERS), help="kill-ratio: the tiers to try, in order "

@@ -446,12 +446,13 @@ def test_the_mutation_tool_leaves_out_the_tests_that_start_a_process_and_keeps_t
 
 
 @pytest.mark.parametrize(("kind", "heading"), [("independent-teaching", "The teaching size's independent round"),
-                                               ("independent-teaching-2", "The teaching size's second round")])
-def test_the_readme_quotes_the_teaching_rounds_record_as_it_is(kind: str, heading: str):
+                                               ("independent-teaching-2", "The teaching size's second round"),
+                                               ("independent-2", "The research size's second round")])
+def test_the_readme_quotes_the_plain_rounds_record_as_it_is(kind: str, heading: str):
     """breaks/kill-ratio-<kind>.json (`python scripts/breaks.py kill-ratio --set <kind> --tiers
-    plain`) holds results only for breaks of breaks/<kind>.toml, in its order, each tried against the
-    teaching suite's one tier, with ratios that add up; the template README quotes the ratio and the
-    date under the round's heading."""
+    plain`) holds results only for breaks of breaks/<kind>.toml, in its order, each tried against
+    plain `pytest` (the teaching suite's one tier), with ratios that add up; the template README
+    quotes the ratio and the date under the round's heading."""
     record = json.loads((ROOT / "breaks" / breaks.SETS[kind]).read_text(encoding="utf-8"))
     names = [brk.name for brk in breaks.load(kind)]
     assert list(record["caught"]) == [name for name in names if name in record["caught"]]
