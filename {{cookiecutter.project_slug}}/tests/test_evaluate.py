@@ -298,6 +298,14 @@ def test_keep_best_keeps_the_evaluation_that_beat_every_earlier_one_and_evaluate
         {figure: row[figure] for figure in run.metric_names}
 
 
+def test_the_summary_of_a_run_that_kept_its_best_records_best_json_without_early_stop_too(best_kept):
+    """summary.json's "best" is best.json's evaluation for every run with --keep-best (these runs
+    stop on nothing); "early_stop_step" is there only for a run with --early-stop."""
+    for name, run in best_kept.items():
+        assert run.summary["best"] == json.loads((run.path / "best.json").read_text()), name
+        assert "early_stop_step" not in run.summary, name
+
+
 def test_keep_best_changes_nothing_a_run_computes_and_each_way_keeps_its_own(best_kept):
     low, high = best_kept["min"], best_kept["max"]
     assert low.metrics == high.metrics and low.weights == high.weights

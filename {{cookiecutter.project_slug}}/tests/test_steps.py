@@ -118,6 +118,17 @@ def test_evaluations_come_every_n_steps_and_at_each_epochs_end(step_runs):
                                                       and step not in (P, LENGTH)])
 
 
+def test_a_step_where_an_epoch_ends_on_an_evaluation_due_is_evaluated_once(step_runs):
+    """An invariant of each run: one validation row a step at most, also where --eval-every-steps
+    falls on an epoch's last step (the early-stop runs evaluate every 2 steps: each even epoch
+    length ends on one), which the epoch's own evaluation covers."""
+    for name, run in step_runs.items():
+        evaluated = [int(row["step"]) for row in rows(run, "val")]
+        assert evaluated == sorted(set(evaluated)), f"{name}: a step evaluated twice in {evaluated}"
+    if P % 2 == 0:  # the case arose: the early-stop runs' first epoch ended on an evaluation due
+        assert P in [int(row["step"]) for row in rows(step_runs["early_min"], "val")]
+
+
 def test_each_evaluation_scores_the_same_fixed_batches_the_weights_of_its_step(step_runs, tmp_path):
     """Each row whose step's checkpoint is still kept (the newest few are), scored again by
     `evaluate` from it: the same figures bit for bit, on the 8 samples --eval-batches chose, in the

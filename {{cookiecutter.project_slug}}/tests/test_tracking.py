@@ -77,6 +77,27 @@ def test_the_tasks_own_trackers_get_every_row_of_metrics_csv_and_change_no_weigh
     assert run.weights == read_run(tmp_path / "untracked").weights  # the control: tracked or not, one result
 
 
+@needs_tensorboard
+def test_the_tasks_own_trackers_and_tensorboard_each_get_every_row(tmp_path, monkeypatch):
+    """One tracker does not take another's place: with trackers in task.py and --tensorboard, the
+    task's get every row of metrics.csv and TensorBoard every training loss."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from {{ cookiecutter.project_slug }} import task
+    from {{ cookiecutter.project_slug }}.engine.runs import read_run
+    from {{ cookiecutter.project_slug }}.train import main
+
+    seen = []
+    monkeypatch.setattr(task, "trackers", lambda config, out: [seen.append], raising=False)
+    assert main(["--out", str(tmp_path / "both"), *FAST, "--tensorboard"]) == 0
+    run = read_run(tmp_path / "both")
+    events = EventAccumulator(str(run.path / "tensorboard"))
+    events.Reload()
+    assert [(row["step"], row["split"]) for row in seen] == [(int(row["step"]), row["split"]) for row in run.metrics]
+    assert [event.step for event in events.Scalars("train/loss")] == [
+        int(row["step"]) for row in run.metrics if row["split"] == "train"]
+
+
 def trackers_of_the_docs(package: str):
     """The trackers(config, out) that docs/studies.md gives for `package` (wandb or mlflow), run
     from the docs' own text: the example a user copies is the one tested."""
