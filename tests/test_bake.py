@@ -294,12 +294,15 @@ def test_the_license_names_the_author(baked):
 
 
 def bake_with_every_readme_route(folder: Path, name: str) -> Path:
-    """The combination `name` baked, then changed by every route of its README's "Changing the
-    settings" (test_routes.py, which waits on this suite): the routes ride on a suite that runs
-    anyway, since they change what its task reads and its defaults, not what its options chose."""
-    from test_routes import take_every_route  # imported here: that module reads SUITES from this one
+    """The combination `name` baked, then changed by every route of its README (test_routes.py,
+    which waits on this suite): the research size's "Changing the settings", the teaching size's
+    "Bring your own task". The routes ride on a suite that runs anyway, since they change what its
+    task reads and its defaults, not what its options chose."""
+    from test_routes import take_every_route, take_every_teaching_route  # that module reads SUITES from this one
 
-    return take_every_route(bake(folder, COMBINATIONS[name]))
+    project = bake(folder, COMBINATIONS[name])
+    return take_every_teaching_route(project) if COMBINATIONS[name].get("scope") == "teaching" \
+        else take_every_route(project)
 
 
 def bake_with_task(folder: Path, name: str, task: str) -> Path:
@@ -311,8 +314,9 @@ def bake_with_task(folder: Path, name: str, task: str) -> Path:
 
 
 # The generated suites, run in the background from the session's start (conftest.background_suites).
-# The digits combination's plain suite is also that of the README's routes (ROUTED).
-ROUTED = "digits_warn_bsd_no_actions"
+# The digits combination's plain suite is also that of the README's routes (ROUTED), and the
+# teaching digits combination's that of the teaching README's (TEACHING_ROUTED).
+ROUTED, TEACHING_ROUTED = "digits_warn_bsd_no_actions", "teaching_digits_zh_warn_apache"
 # A research suite takes minutes of CI: the awkward combination's runs with the README's regression
 # as task.py, and test_tasks.py waits on it for that task rather than running one more. The two are
 # independent axes (the options change the names, the language, the seed and the determinism
@@ -332,14 +336,17 @@ SUITES = {
                    minutes=1 if COMBINATIONS[name].get("scope") == "teaching" else 4)
        for name in COMBINATIONS},
     ROUTED: Suite(lambda folder: bake_with_every_readme_route(folder, ROUTED), NOT_SAME_IN_EVERY_BAKE, minutes=4),
+    TEACHING_ROUTED: Suite(lambda folder: bake_with_every_readme_route(folder, TEACHING_ROUTED),
+                           NOT_SAME_IN_EVERY_BAKE, minutes=1),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("combination", [pytest.param(name, marks=pytest.mark.suite(name)) for name in COMBINATIONS])
 def test_the_generated_test_suite_passes(combination, background_suites):
-    """The plain suite of each combination (ROUTED's with the README's routes taken, TASK_OF's with
-    its task): the whole of it for DEFAULT_BAKES, the others less conftest.SAME_IN_EVERY_BAKE."""
+    """The plain suite of each combination (ROUTED's and TEACHING_ROUTED's with the README's routes
+    taken, TASK_OF's with its task): the whole of it for DEFAULT_BAKES, the others less
+    conftest.SAME_IN_EVERY_BAKE."""
     background_suites[combination].result()
 
 

@@ -10,6 +10,10 @@ One research project gets all the changes at once, each made the way a user make
 Then its whole plain suite runs: that project is test_bake.py's digits combination, whose suite runs
 there with the routes taken (ROUTED). The negative controls leave out one step each, in a fresh
 project of the defaults, and run only the test that must catch it.
+
+The teaching size has no `effect`: its README's "Bring your own task" says to take a flag the task
+does not read out of config.py. Its digits combination (TEACHING_ROUTED) gets a task.py without
+dropout and with a fixed split, and loses --dropout and --data-seed; its negative control keeps them.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from xml.etree import ElementTree
 
 import pytest
 from conftest import ROOT, load
-from test_bake import ROUTED
+from test_bake import ROUTED, TEACHING_ROUTED
 from test_bake import SUITES as BAKE_SUITES
 
 tasks = load("tasks_benchmark", ROOT / "benchmarks" / "tasks.py")
@@ -92,9 +96,30 @@ def take_every_route(project: Path) -> Path:
     return project
 
 
-# The routes ride on a research combination whose whole suite test_bake.py runs anyway (the routes
-# change what its task reads and its defaults, not what its options chose): one suite, not two.
-SUITES = {ROUTED: BAKE_SUITES[ROUTED]}
+def ignore_dropout_and_data_seed(project: Path, take_them_out_of_config: bool = True) -> None:
+    """A teaching project's task.py with no dropout and a fixed split, as its README says to do it."""
+    package = project / "src" / project.name
+    edit(package / "task.py", "dropout=config.dropout", "dropout=0.25")
+    edit(package / "task.py", "load_arrays(DATASET, config.data_seed)", "load_arrays(DATASET, 7)")
+    edit(package / "task.py", "derive_seed(config.data_seed, Stream.SPLIT)", "derive_seed(7, Stream.SPLIT)")
+    if take_them_out_of_config:
+        config = (package / "config.py").read_text(encoding="utf-8")
+        for flag in ("--dropout", "--data-seed"):
+            line = next(line for line in config.splitlines(keepends=True) if line.startswith(f'    add("{flag}", '))
+            edit(package / "config.py", line, "")
+
+
+def take_every_teaching_route(project: Path) -> Path:
+    """The teaching project with its README's route taken, as "Bring your own task" says."""
+    readme = (project / "README.md").read_text(encoding="utf-8")
+    assert "tests/test_run_folder.py" in readme and "`--data-seed`" in readme and "`config.py`" in readme
+    ignore_dropout_and_data_seed(project)
+    return project
+
+
+# The routes ride on combinations whose whole suites test_bake.py runs anyway (the routes change
+# what their task reads and their defaults, not what their options chose): one suite each, not two.
+SUITES = {ROUTED: BAKE_SUITES[ROUTED], TEACHING_ROUTED: BAKE_SUITES[TEACHING_ROUTED]}
 
 
 @pytest.mark.suite(ROUTED)
@@ -120,3 +145,26 @@ def test_each_route_with_a_step_left_out_fails_the_test_that_names_it(tmp_path):
     assert "AssertionError: init_scale" in result.stdout  # the flags table lacks its row
     assert "--dropout 0.5 gave the weights of the run without it: if task.py ignores config.dropout, read it " \
            "there, or give dropout another effect in config.py" in result.stdout
+
+
+@pytest.mark.suite(TEACHING_ROUTED)
+def test_the_teaching_readmes_route_done_as_it_says_keeps_the_whole_suite_green(background_suites):
+    result = background_suites[TEACHING_ROUTED].result()  # its plain suite passed, the route taken
+    project = result.project
+    config = (project / "src" / project.name / "config.py").read_text(encoding="utf-8")
+    assert '"--dropout"' not in config and '"--data-seed"' not in config
+    outcome = {case.get("name"): {child.tag for child in case} & {"failure", "error", "skipped"}
+               for case in ElementTree.parse(result.report).iter("testcase")}
+    weights = "test_each_setting_that_a_result_depends_on_changes_the_weights"
+    assert {name: outcome[f"{weights}[{name}]"] for name in ("dropout", "data_seed", "width")} == \
+        {"dropout": {"skipped"}, "data_seed": {"skipped"}, "width": set()}, outcome
+
+
+def test_a_teaching_task_that_ignores_a_flag_config_py_still_has_fails_saying_what_to_do(tmp_path):
+    project = tasks.make_project(tmp_path, scope="teaching")
+    ignore_dropout_and_data_seed(project, take_them_out_of_config=False)
+    result = suite(project, "tests/test_run_folder.py", "-k", "changes_the_weights")
+    assert result.returncode == 1, result.stdout[-3000:]
+    for name, flag in (("dropout", "--dropout"), ("data_seed", "--data-seed")):
+        assert f"if task.py ignores config.{name}, read it there, or take {flag} out of config.py" in result.stdout
+    assert "2 failed" in result.stdout.splitlines()[-1], result.stdout[-3000:]

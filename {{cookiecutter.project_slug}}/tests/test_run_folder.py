@@ -149,7 +149,8 @@ def test_resume_refuses_a_setting_other_than_the_recorded_one_and_leaves_the_run
 
 # Each setting a result depends on, with values other than the bake's defaults: a run with one of
 # them ends with other weights than the same run without it. A flag that no code reads changes
-# nothing, and two runs of it still agree; config.json records it all the same.
+# nothing, and two runs of it still agree; config.json records it all the same. A flag that
+# config.py no longer has (a task without dropout, a fixed split) is passed over.
 CHANGES_THE_WEIGHTS = {"seed": ("4", "5"), "data_seed": ("4", "5"), "epochs": ("2",), "batch_size": ("8",),
                        "lr": ("0.01", "0.02"), "momentum": ("0.5", "0.6"), "width": ("8", "4"),
                        "dropout": ("0.5", "0.4"), "max_samples": ("16",)}
@@ -172,7 +173,9 @@ def test_each_setting_that_a_result_depends_on_changes_the_weights(name, small_r
     assert main(["--out", str(tmp_path / "other"), *SMALL, flag, other]) == 0
     changed = Run(tmp_path / "other")
     assert str(changed.config[name]) == other
-    assert changed.weights != small_run.weights, f"{flag} {other} trained the weights of {small_run.config[name]}"
+    assert changed.weights != small_run.weights, (
+        f"{flag} {other} trained the weights of {small_run.config[name]}: if task.py ignores config.{name}, read it "
+        f"there, or take {flag} out of config.py (README: Bring your own task)")
 
 
 @pytest.mark.parametrize(("mode", "algorithms", "warn_only"),
