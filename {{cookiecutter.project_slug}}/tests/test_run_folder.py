@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from {{ cookiecutter.project_slug }} import task, train
 from {{ cookiecutter.project_slug }}.config import parse_flags
@@ -222,6 +223,38 @@ def test_a_loss_that_is_no_longer_finite_stops_the_run_in_one_line_with_its_row_
         last = list(csv.DictReader(file))[-1]
     assert "step 3:" in error and (last["step"], last["split"], last["loss"]) == ("3", "train", "nan")
     assert not (out / "summary.json").exists() and not (out / "model.pt").exists()
+
+
+def test_an_update_that_breaks_the_model_is_never_checkpointed_and_the_run_stops_in_one_line(tmp_path, capsys):
+    """A step's loss is taken before its update, so an epoch's last update (an --lr far too high) can
+    leave a model whose outputs are NaN with no step after it to see it: its validation loss stops
+    the run before that model is saved. One step an epoch here; the second update breaks the model,
+    whatever the task. The checkpoint kept is whole: --resume in this process (the stop freed the
+    folder, as a notebook needs) ends as the run never broken."""
+    one_step_an_epoch = ("--epochs", "2", "--device", "cpu", "--max-samples", "16", "--batch-size", "16")
+    assert main(["--out", str(tmp_path / "never_broken"), *one_step_an_epoch]) == 0
+    updates = []
+
+    def break_the_second(optimizer, args, kwargs):
+        updates.append(optimizer)
+        if len(updates) == 2:
+            with torch.no_grad():
+                for group in optimizer.param_groups:
+                    for parameter in group["params"]:
+                        parameter.mul_(float("nan"))
+
+    hook = register_optimizer_step_post_hook(break_the_second)
+    try:
+        assert main(["--out", str(tmp_path / "broken"), *one_step_an_epoch]) == 1
+    finally:
+        hook.remove()
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "epoch 2: the validation loss is nan" in error, error
+    broken = tmp_path / "broken"
+    assert not (broken / "model.pt").exists() and not (broken / "summary.json").exists()
+    assert main(["--out", str(broken), "--resume"]) == 0
+    assert Run(broken).weights == Run(tmp_path / "never_broken").weights
+    assert (broken / "metrics.csv").read_bytes() == (tmp_path / "never_broken" / "metrics.csv").read_bytes()
 
 
 def test_each_step_draws_from_its_own_key_counted_over_the_whole_run(tmp_path, monkeypatch):
