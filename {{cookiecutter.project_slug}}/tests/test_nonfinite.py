@@ -14,12 +14,13 @@ import math
 import pytest
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from {{ cookiecutter.project_slug }} import study, task, train, verify
 from {{ cookiecutter.project_slug }}.engine.runs import read_run
 from {{ cookiecutter.project_slug }}.utils.data import EpochSampler
 
-from conftest import BATCH, FAST, PACKAGE, SAMPLES, settings
+from conftest import BATCH, FAST, PACKAGE, SAMPLES, settings, steps_per_epoch
 
 POISONED_STEP = 3  # in the first epoch: a task has at least 64 samples, 4 steps of 16
 
@@ -74,6 +75,38 @@ def test_no_checkpoint_of_a_non_finite_state_is_written_the_one_from_before_stan
     run = read_run(out)
     assert run.non_finite_step == POISONED_STEP  # its row is written: the loss is seen going wrong
     assert all(math.isfinite(float(row["loss"])) for row in run.metrics if int(row["step"]) < POISONED_STEP)
+
+
+@pytest.mark.parametrize("mode", ["stop", "skip"])
+def test_a_model_its_last_update_broke_is_never_saved_its_evaluation_stops_the_run(mode, tmp_path, capsys):
+    """A step's loss is taken before its update, so the last update before an evaluation (an --lr far
+    too high) can leave a model whose outputs are NaN with no step after it to see it: the
+    evaluation's loss stops the run there, in either --nonfinite mode (a step skipped later cannot
+    mend the model), before that model becomes a checkpoint or best.pt. The weights are made NaN
+    at the first epoch's last update, whatever the task."""
+    last_of_epoch_1, updates = steps_per_epoch(), []
+
+    def break_the_model(optimizer, args, kwargs):
+        updates.append(optimizer)
+        if len(updates) == last_of_epoch_1:
+            with torch.no_grad():
+                for group in optimizer.param_groups:
+                    for parameter in group["params"]:
+                        parameter.mul_(float("nan"))
+
+    hook = register_optimizer_step_post_hook(break_the_model)
+    try:
+        code, out = poisoned_run(tmp_path, "--nonfinite", mode, "--keep-best", "min:loss")
+    finally:
+        hook.remove()
+    assert code == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert f"stopped at step {last_of_epoch_1} (epoch 1): the validation loss is not finite" in line, line
+    assert "stands" in line and "--nonfinite skip" not in line, line
+    assert f"step-{last_of_epoch_1:08d}.pt" not in {path.name for path in (out / "checkpoints").iterdir()}
+    assert not (out / "best.pt").exists() and not (out / "summary.json").exists()
+    last = read_run(out).metrics[-1]
+    assert (last["split"], int(last["step"]), math.isnan(float(last["loss"]))) == ("val", last_of_epoch_1, True)
 
 
 def test_verify_treats_such_a_run_as_failed_in_one_line(nan_at_step, tmp_path, capsys):

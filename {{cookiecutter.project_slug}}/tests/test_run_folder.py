@@ -57,6 +57,7 @@ BAD = {
     "learning rate below 0": ("--lr", "-1"),
     "learning rate NaN": ("--lr", "nan"),
     "learning rate infinite": ("--lr", "inf"),
+    "learning rate beyond float32 (the weights' type)": ("--lr", "1e39"),
     "dropout above 1": ("--dropout", "1.5"),
     "dropout of 1 (every unit dropped)": ("--dropout", "1"),
     "negative momentum": ("--momentum", "-1"),

@@ -48,11 +48,14 @@ def seed_micro_step(seed: int, step: int, micro_batch: int, rank: int, device: t
 
 
 class NonFiniteStep(Exception):
-    """A step's loss or gradients were not finite (--nonfinite stop): where, and on which samples."""
+    """A step's loss or gradients were not finite (--nonfinite stop), or the validation loss after
+    it (`split` "val": a step's loss is taken before its update, and that update broke the model):
+    where, and on which samples."""
 
-    def __init__(self, epoch: int, step: int, figures: dict[str, float]) -> None:
-        super().__init__(f"the loss or a gradient is not finite at step {step}")
-        self.epoch, self.step, self.figures = epoch, step, figures
+    def __init__(self, epoch: int, step: int, figures: dict[str, float], split: str = "train") -> None:
+        what = "the loss or a gradient" if split == "train" else "the validation loss"
+        super().__init__(f"{what} is not finite at step {step}")
+        self.epoch, self.step, self.figures, self.split = epoch, step, figures, split
         self.samples: list[int] | None = None  # the indices of the step's samples, where train.py knows them
 
 

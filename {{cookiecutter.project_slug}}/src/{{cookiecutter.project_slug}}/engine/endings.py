@@ -76,16 +76,19 @@ def stopped_non_finite(plan: Plan, error: NonFiniteStep) -> int:
     was kept and the ways on; exit status 1. The traceback goes to error.log, as for a failure."""
     log = write_error_log(plan.out, error) if distributed.rank() == 0 and plan.out.is_dir() else None
     figures = ", ".join(f"{name} {value!r}" for name, value in error.figures.items())
-    samples = ""
-    if error.samples:
+    samples, in_training = "", error.split == "train"
+    if error.samples and in_training:
         shown = ", ".join(map(str, error.samples[:8])) + (", ..." if len(error.samples) > 8 else "")
         samples = f"; its samples (indices in the training set): {shown}"
     kept = newest_checkpoint_of(plan.out)
-    print(f"{prog('train')}: error: stopped at step {error.step} (epoch {error.epoch + 1}): the loss or a gradient "
-          f"is not finite ({figures}){samples}; no checkpoint of it was written, "
+    what = "the loss or a gradient is not finite" if in_training else \
+        "the validation loss is not finite: the step's update broke the model"
+    ways = "a lower --lr, --clip-grad-norm, a fix of those samples or --nonfinite skip" if in_training else \
+        "a lower --lr or --clip-grad-norm"
+    print(f"{prog('train')}: error: stopped at step {error.step} (epoch {error.epoch + 1}): {what} ({figures})"
+          f"{samples}; no checkpoint of it was written, "
           + (f"the newest, {kept}, stands" if kept else "and there is none from before it")
-          + "; a lower --lr, --clip-grad-norm, a fix of those samples or --nonfinite skip, then start again with "
-          "--overwrite" + (f"; traceback in {log}" if log else ""), file=sys.stderr)
+          + f"; {ways}, then start again with --overwrite" + (f"; traceback in {log}" if log else ""), file=sys.stderr)
     return 1
 
 
