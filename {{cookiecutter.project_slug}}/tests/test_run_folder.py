@@ -68,6 +68,7 @@ BAD = {
     "resume without a checkpoint": ("--resume",),
     "empty out (an unset shell variable)": ("--out", ""),
     "threads beyond any machine": ("--threads", "10000"),
+    "batch size beyond 2**63 - 1": ("--batch-size", "100000000000000000000"),
 }
 
 
@@ -82,6 +83,14 @@ def test_a_mistake_gets_one_line_and_exit_2_and_writes_nothing(flags, tmp_path, 
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and error.startswith(f"python -m {PACKAGE}.train: error: "), error
     assert not (tmp_path / "never").exists()
+
+
+def test_a_worker_count_no_machine_runs_is_refused_before_any_worker_starts(capsys):
+    """Each worker is a process: 100000 kept starting processes until a two-core machine stalled. The
+    flags alone, so that a bound that breaks fails here rather than starting them."""
+    with pytest.raises(SystemExit) as exit_info:
+        parse_flags(["--num-workers", "100000"])
+    assert exit_info.value.code == 2 and "'100000' is not an integer in 0 .. " in capsys.readouterr().err
 
 
 def test_a_folder_that_holds_a_run_is_refused_and_left_as_it_was(run, capsys):
@@ -389,6 +398,26 @@ def test_an_out_under_a_file_is_one_line_and_exit_1(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(sys, "argv", ["train", "--out", str(tmp_path / "file" / "run"), *FAST])
     assert train.command_line() == 1
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("inputs, outputs", [(2**25, 2**25), (2**62, 4)], ids=["4 PiB", "2**64 numbers"])
+def test_a_model_too_large_for_memory_is_one_line_and_exit_1_and_writes_nothing(inputs, outputs, tmp_path,
+                                                                                monkeypatch, capsys):
+    """What `--width 1000000000` does to the example's model, whatever the task: a real request for
+    more memory than any machine has. Another RuntimeError is a mistake in the code: its traceback stays."""
+    monkeypatch.setattr(task, "make_model", lambda config, train_set: torch.nn.Linear(inputs, outputs))
+    monkeypatch.setattr(sys, "argv", ["train", "--out", str(tmp_path / "run"), *FAST])
+    assert train.command_line() == 1
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and error.startswith(f"python -m {PACKAGE}.train: error: out of memory ")
+    assert "--batch-size" in error and not (tmp_path / "run").exists()  # the model is made before the folder
+
+    def a_mistake(config, train_set):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (64x784 and 64x10)")
+
+    monkeypatch.setattr(task, "make_model", a_mistake)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        train.command_line()
 
 
 HELD_AT_STEP_3 = """
