@@ -88,7 +88,7 @@ def test_a_config_json_that_records_a_retired_setting_is_read_without_it():
     ("device", "cuda:1,2", "refused by --device: 'cuda:1,2' is not one of auto, cpu, cuda, cuda:N, mps"),
     ("parallel", 3, "not a string"),
     ("lr", None, "not a number"),  # None only where the default is None
-    ("prefetch_factor", 0, "refused by --prefetch-factor: 0 is not at least 1"),
+    ("prefetch_factor", 0, "refused by --prefetch-factor: 0 is not in 1 .. 1024"),
 ])
 def test_a_hand_edited_config_json_with_a_value_its_flag_would_refuse_is_refused_in_one_line(name, value, reason):
     with pytest.raises(ValueError) as error:
@@ -181,6 +181,7 @@ def test_a_flags_check_takes_each_value_in_its_range_and_its_ends_as_they_are_wr
 @pytest.mark.parametrize("check, bounds, text, refusal", [
     (integer, (1,), "0", "0 is not at least 1"), (integer, (0,), "-1", "-1 is not at least 0"),
     (integer, (1, 4), "5", "5 is not in 1 .. 4"), (integer, (1, 4), "0", "0 is not in 1 .. 4"),
+    (integer, (1,), str(2**63), f"{2**63} is not in 1 .. {2**63 - 1}"),
     (integer, (1,), "1.5", "'1.5' is not an integer"), (integer, (1,), "", "'' is not an integer"),
     (number, (0.0,), "0", "0 is not in (0.0, inf)"), (number, (0.0, 1.0), "1", "1 is not in (0.0, 1.0)"),
     (number, (0.0, float("inf"), True), "-1e-9", "-1e-9 is not in [0.0, inf)"),

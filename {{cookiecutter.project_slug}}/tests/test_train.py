@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from {{ cookiecutter.project_slug }} import task
-from {{ cookiecutter.project_slug }}.config import Config
+from {{ cookiecutter.project_slug }}.config import Config, build_parser
 from {{ cookiecutter.project_slug }}.engine import plan
 from {{ cookiecutter.project_slug }}.engine.cli import configure_logging, logger
 from {{ cookiecutter.project_slug }}.engine.plan import available_cpus, length_problem
@@ -172,6 +172,7 @@ BAD_FLAGS = {
     "empty out (an unset shell variable)": ("--out", ""),
     "a name over the file system's limit": ("--out", "x" * 300),
     "threads beyond any machine": ("--threads", "10000"),
+    "an evaluation batch beyond 2**63 - 1": ("--val-batch-size", "100000000000000000000"),
 }
 
 
@@ -183,6 +184,18 @@ def test_bad_flags_give_one_clear_line_and_exit_2_before_touching_anything(flags
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
     assert not (tmp_path / "never").exists()
     assert not torch.are_deterministic_algorithms_enabled()  # no global setting was changed yet
+
+
+@pytest.mark.parametrize("flags", [
+    ("--num-workers", "100000"), ("--num-workers", "1", "--prefetch-factor", "10000000"),
+], ids=["a hundred thousand workers", "a worker loading ten million batches ahead"])
+def test_a_loader_no_machine_runs_is_refused_before_any_worker_starts(flags, capsys):
+    """Each worker is a process: 100000 kept starting processes until a two-core machine stalled; a
+    prefetch of 10**20 batches kept the loader's start looping. The flags alone, so that a bound
+    that breaks fails here rather than starting them."""
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(list(flags))
+    assert exit_info.value.code == 2 and f"{flags[-1]} is not in " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flags, start, end", [
