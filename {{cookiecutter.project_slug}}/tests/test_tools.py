@@ -370,10 +370,13 @@ def test_doctor_says_so_when_its_two_trial_runs_differ(monkeypatch, capsys):
     assert "VERDICT: 1 problem" in out
 
 
-def test_doctor_refuses_zero_steps_with_one_line(capsys):
+@pytest.mark.parametrize("steps", ["0", str(2**63)])
+def test_doctor_refuses_steps_its_trial_runs_cannot_take_with_one_line(steps, capsys):
+    """Not a trial run that fails on them, which doctor would report as a problem of the machine."""
     with pytest.raises(SystemExit) as exit_info:
-        doctor.main(["--steps", "0"])
-    assert exit_info.value.code == 2 and "--steps must be at least 1" in capsys.readouterr().err
+        doctor.main(["--steps", steps])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and "--steps must be at least 1 and at most " in line, line
 
 
 def test_doctor_reports_cuda_initialised_too_early(monkeypatch, capsys):

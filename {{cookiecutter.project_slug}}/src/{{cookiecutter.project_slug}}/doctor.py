@@ -287,8 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--against needs --fingerprint FILE: doctor --fingerprint mine.json --against theirs.json")
     if args.fingerprint is not None:
         return fingerprint_command(parser, args)
-    if args.steps < 1:
-        parser.error(f"--steps must be at least 1, not {args.steps}")
+    if not 1 <= args.steps <= sys.maxsize:  # what its trial runs' --stop-after-steps takes
+        parser.error(f"--steps must be at least 1 and at most {sys.maxsize}, not {args.steps}")
     run = run_or_refuse(parser, args)
     mode = mode_to_check(args.deterministic, run)
     if not args.quick and scratch_problem():  # the trial runs go into scratch folders
