@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import Config, config_to_flags
+from .config import Config, config_to_flags, integer
 from .engine.cli import make_parser, prog, run_command
 from .engine.endings import explain_nondeterministic_error
 from .engine.environment import (
@@ -151,7 +151,8 @@ def build_parser():
                         help="the mode to check (default: the run's, with RUN_DIR; else "
                              {{ cookiecutter.determinism|tojson }} ")")
     parser.add_argument("--device", default="auto", help="the device to check (default: %(default)s)")
-    parser.add_argument("--steps", type=int, default=5, help="steps of each trial run (default: %(default)s)")
+    parser.add_argument("--steps", type=integer(1), default=5,  # what the trial runs' --stop-after-steps takes
+                        help="steps of each trial run (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="skip the two trial runs (default: off)")
     parser.add_argument("run_dir", type=Path, nargs="?", metavar="RUN_DIR",
                         help="a run folder: say what differs between its machine and software and this one's")
@@ -287,8 +288,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--against needs --fingerprint FILE: doctor --fingerprint mine.json --against theirs.json")
     if args.fingerprint is not None:
         return fingerprint_command(parser, args)
-    if not 1 <= args.steps <= sys.maxsize:  # what its trial runs' --stop-after-steps takes
-        parser.error(f"--steps must be at least 1 and at most {sys.maxsize}, not {args.steps}")
     run = run_or_refuse(parser, args)
     mode = mode_to_check(args.deterministic, run)
     if not args.quick and scratch_problem():  # the trial runs go into scratch folders
