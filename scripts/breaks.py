@@ -9,8 +9,10 @@
     python scripts/breaks.py kill-ratio --set independent --survivors --tiers distributed,slow   # its survivors
     python scripts/breaks.py kill-ratio --set independent-teaching --tiers plain   # the teaching size's round
     python scripts/breaks.py kill-ratio --set independent-teaching-2 --tiers plain # its second, fresh round
+    python scripts/breaks.py kill-ratio --set independent-teaching-3 --tiers plain # its third
     python scripts/breaks.py kill-ratio --set independent-2 --tiers plain   # the research size's second round
     python scripts/breaks.py core-catches     # the mutation suite's breaks of core files, each against core/tests/
+    python scripts/breaks.py core-catches --set independent-core   # the core's independent round, recorded
 
 A break replaces one piece of text inside one function (or method, `Class.method`) of one file of
 the package: the text must be there exactly once, so that a change to the code that moves or
@@ -178,9 +180,12 @@ TIERS = {"plain": [], "distributed": ["-m", "distributed"], "slow": ["-m", "slow
 SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.json",
         "independent-teaching": "kill-ratio-independent-teaching.json",
         "independent-teaching-2": "kill-ratio-independent-teaching-2.json",
-        "independent-2": "kill-ratio-independent-2.json"}
-# The size a set breaks; the others break the research size.
-SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teaching"}
+        "independent-teaching-3": "kill-ratio-independent-teaching-3.json",
+        "independent-2": "kill-ratio-independent-2.json", "independent-core": "kill-ratio-independent-core.json"}
+# The size a set breaks; the others break the research size, but independent-core, which breaks
+# core/ itself and is tried by core-catches against core/tests/ alone.
+SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teaching",
+            "independent-teaching-3": "teaching"}
 
 
 def nearby_tests(project: Path, brk: Break) -> list[str]:
@@ -335,13 +340,17 @@ def try_each(todo: list[Break], places: list[Path], attempt: Callable[[Break, Pa
         return list(pool.map(one, todo))
 
 
-def core_catches(jobs: int) -> int:
+def core_catches(jobs: int, kind: str = "mutations") -> int:
     """Each break of breaks/mutations.toml in a file the core holds, applied to a copy of core/ (imported
     first): the first test of core/tests/ that fails (`-x`), or "survives". A caught break may name that
     test as its core_caught_by: tests/test_core_mutations.py then runs it against the core, and
-    tests/test_mutations.py no longer against a bake."""
+    tests/test_mutations.py no longer against a bake. Another `kind` (independent-core: a round of
+    breaks of core/ alone) is recorded, as kill-ratio records a round, in breaks/SETS[kind]."""
     core = ROOT / "core"
-    todo = [brk for brk in load("mutations") if (core / "src" / "repro_core" / brk.file).is_file()]
+    todo = [brk for brk in load(kind) if (core / "src" / "repro_core" / brk.file).is_file()]
+    if kind != "mutations" and len(todo) != len(load(kind)):
+        print(f"error: breaks/{kind}.toml names files that core/src/repro_core/ does not hold", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as scratch:
         copies = []
         for number in range(jobs):
@@ -360,13 +369,21 @@ def core_catches(jobs: int) -> int:
                 path.write_text(original, encoding="utf-8")
             return first_failure(result.stdout) if result.returncode == 1 else None
 
-        caught = 0
+        caught, first = 0, {}
         for brk, test in zip(todo, try_each(todo, copies, attempt), strict=True):
             caught += test is not None
+            first[brk.name] = test
             recorded = brk.core_caught_by or None  # another test may fail first: both catch it
-            recorded = "" if (test or "").split("[")[0] == recorded else f" (recorded: {recorded})"
+            same = (test or "").split("[")[0] == recorded or kind != "mutations"
+            recorded = "" if same else f" (recorded: {recorded})"
             print(f"{brk.name}: {test or 'survives'}{recorded}", flush=True)
     print(f"{caught} of {len(todo)} breaks of the core's files caught by core/tests/")
+    if kind != "mutations":
+        record = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+                  "command": f"python scripts/breaks.py core-catches --set {kind}", "tiers": ["core/tests"],
+                  "caught": {name: "core/tests" if test else None for name, test in first.items()},
+                  "first_failure": first, "core/tests": f"{caught}/{len(todo)}", "tried": f"{len(todo)} of {len(todo)}"}
+        (BREAKS / SETS[kind]).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return 0
 
 
@@ -376,8 +393,9 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="patches: only compare; change nothing")
     parser.add_argument("--set", default="mutations", choices=list(SETS), help="kill-ratio: which breaks: "
                         "the mutation suite, or an independent round written from the docs alone (of the "
-                        "research size, independent-2 its second round; independent-teaching and its second round, "
-                        "-2: of the teaching size, whose suite is one tier)")
+                        "research size, independent-2 its second round; independent-teaching and its second and third "
+                        "rounds, -2 and -3: of the teaching size, whose suite is one tier; core-catches: "
+                        "independent-core, the core's round, against core/tests/)")
     parser.add_argument("--out", type=Path, help="kill-ratio: the record (default: breaks/kill-ratio.json, or "
                         "breaks/kill-ratio-independent.json for --set independent)")
     parser.add_argument("--tiers", default=",".join(TIERS), help="kill-ratio: the tiers to try, in order "
@@ -394,7 +412,7 @@ def main() -> int:
     if args.command == "patches":
         return patches(args.check)
     if args.command == "core-catches":
-        return core_catches(args.jobs)
+        return core_catches(args.jobs, args.set)
     output = args.out or BREAKS / SETS[args.set]
     tiers = [tier for tier in args.tiers.split(",") if tier]
     if not tiers or set(tiers) - set(TIERS):

@@ -111,7 +111,7 @@ def test_verify_never_claims_steps_that_the_run_does_not_have(runs, capsys):
         verify.main([str(run.path), "--steps", "99999"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "--steps 99999" in err and f"has only {run.summary['steps']} steps" in err and "REPRODUCED" not in err
+    assert "--steps 99999" in err and f"recorded {run.summary['steps']} steps" in err and "REPRODUCED" not in err
 
 
 @pytest.mark.parametrize("key", ENVIRONMENT_KEYS)

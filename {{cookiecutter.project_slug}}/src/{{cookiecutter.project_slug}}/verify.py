@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.run_dir} did not finish (no summary.json); verify its first steps with --steps N")
     recorded_steps = len(original.train_losses)
     if args.steps is not None and args.steps > recorded_steps:  # never claim steps that do not exist
-        parser.error(f"--steps {args.steps}: the run in {args.run_dir} has only {recorded_steps} steps")
+        parser.error(f"--steps {args.steps}: the run in {args.run_dir} recorded {recorded_steps} step"
+                     f"{'' if recorded_steps == 1 else 's'}")
     if scratch_problem():  # the re-run goes into a scratch folder
         parser.error(scratch_problem())
 
