@@ -11,6 +11,7 @@
     python scripts/breaks.py kill-ratio --set independent-teaching-2 --tiers plain # its second, fresh round
     python scripts/breaks.py kill-ratio --set independent-teaching-3 --tiers plain # its third
     python scripts/breaks.py kill-ratio --set independent-2 --tiers plain   # the research size's second round
+    python scripts/breaks.py kill-ratio --set independent-3 --tiers plain   # its third
     python scripts/breaks.py core-catches     # the mutation suite's breaks of core files, each against core/tests/
     python scripts/breaks.py core-catches --set independent-core   # the core's independent round, recorded
 
@@ -181,7 +182,8 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
         "independent-teaching": "kill-ratio-independent-teaching.json",
         "independent-teaching-2": "kill-ratio-independent-teaching-2.json",
         "independent-teaching-3": "kill-ratio-independent-teaching-3.json",
-        "independent-2": "kill-ratio-independent-2.json", "independent-core": "kill-ratio-independent-core.json"}
+        "independent-2": "kill-ratio-independent-2.json", "independent-3": "kill-ratio-independent-3.json",
+        "independent-core": "kill-ratio-independent-core.json"}
 # The size a set breaks; the others break the research size, but independent-core, which breaks
 # core/ itself and is tried by core-catches against core/tests/ alone.
 SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teaching",
@@ -393,9 +395,9 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="patches: only compare; change nothing")
     parser.add_argument("--set", default="mutations", choices=list(SETS), help="kill-ratio: which breaks: "
                         "the mutation suite, or an independent round written from the docs alone (of the "
-                        "research size, independent-2 its second round; independent-teaching and its second and third "
-                        "rounds, -2 and -3: of the teaching size, whose suite is one tier; core-catches: "
-                        "independent-core, the core's round, against core/tests/)")
+                        "research size, independent-2 and -3 its second and third rounds; independent-teaching "
+                        "and its second and third rounds, -2 and -3: of the teaching size, whose suite is one "
+                        "tier; core-catches: independent-core, the core's round, against core/tests/)")
     parser.add_argument("--out", type=Path, help="kill-ratio: the record (default: breaks/kill-ratio.json, or "
                         "breaks/kill-ratio-independent.json for --set independent)")
     parser.add_argument("--tiers", default=",".join(TIERS), help="kill-ratio: the tiers to try, in order "

@@ -447,6 +447,7 @@ def test_the_mutation_tool_leaves_out_the_tests_that_start_a_process_and_keeps_t
 
 @pytest.mark.parametrize(("kind", "heading"), [("independent-teaching", "The teaching size's independent round"),
                                                ("independent-teaching-2", "The teaching size's second round"),
+                                               ("independent-teaching-3", "The teaching size's third round"),
                                                ("independent-2", "The research size's second round")])
 def test_the_readme_quotes_the_plain_rounds_record_as_it_is(kind: str, heading: str):
     """breaks/kill-ratio-<kind>.json (`python scripts/breaks.py kill-ratio --set <kind> --tiers
@@ -464,6 +465,25 @@ def test_the_readme_quotes_the_plain_rounds_record_as_it_is(kind: str, heading: 
     text = " ".join(section.split("\n### ")[0].split("\n## ")[0].split())
     plain, tried = record["plain"].split("/")
     assert f"**{plain} of {tried}** caught by plain `pytest`" in text and f"on {record['date']}" in text
+
+
+def test_the_readme_quotes_the_cores_round_record_as_it_is():
+    """breaks/kill-ratio-independent-core.json (`python scripts/breaks.py core-catches --set
+    independent-core`) holds a result for every break of breaks/independent-core.toml, in its
+    order, each tried against core/tests/ alone, with a ratio that adds up; every break is of a file
+    the core holds; the template README quotes the ratio and the date under the round's heading."""
+    record = json.loads((ROOT / "breaks" / breaks.SETS["independent-core"]).read_text(encoding="utf-8"))
+    names = [brk.name for brk in breaks.load("independent-core")]
+    assert list(record["caught"]) == names and record["tiers"] == ["core/tests"]
+    assert all((ROOT / "core" / "src" / "repro_core" / brk.file).is_file() for brk in breaks.load("independent-core"))
+    caught = list(record["caught"].values())
+    assert set(caught) <= {"core/tests", None} and record["tried"] == f"{len(names)} of {len(names)}"
+    assert record["core/tests"] == f"{caught.count('core/tests')}/{len(names)}"
+    assert all((record["first_failure"][name] is None) == (tier is None) for name, tier in record["caught"].items())
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("### The core's own round")[1]
+    text = " ".join(section.split("\n### ")[0].split("\n## ")[0].split())
+    caught_count, tried = record["core/tests"].split("/")
+    assert f"**{caught_count} of {tried}** caught by `pytest core/tests`" in text and f"on {record['date']}" in text
 
 
 def test_the_readme_quotes_the_independent_rounds_record_as_it_is():

@@ -18,6 +18,7 @@ from repro_core.engine.checkpoint import (
     checkpoint_path,
     load_latest_checkpoint,
     read_checkpoint,
+    read_model_weights,
     read_sharded_checkpoint,
     save_checkpoint,
 )
@@ -231,3 +232,17 @@ def test_a_resume_from_a_checkpoint_takes_the_step_the_run_that_never_stopped_to
     fresh.step = 2
     take_step(fresh)
     assert state_dict_sha256(fresh.model.state_dict()) != state_dict_sha256(run.model.state_dict())
+
+
+@pytest.mark.parametrize("content", [{}, {"weight": "a string"}, [torch.ones(2)]],
+                         ids=["an empty mapping", "a mapping to a string", "a list of tensors"])
+def test_a_file_that_holds_no_models_weights_is_refused_in_one_line(content: object, tmp_path: Path) -> None:
+    """evaluate and --init-from read a model.pt: a file of no model's weights is named in one line,
+    not loaded into a model as if it held some (an empty one would load into a model without any)."""
+    path = tmp_path / "model.pt"
+    torch.save(content, path)
+    with pytest.raises(ValueError, match="holds no state_dict"):
+        read_model_weights(path)
+    torch.save({"weight": torch.ones(2)}, path)  # the negative control: a state_dict reads
+    weights, step = read_model_weights(path)
+    assert step is None and list(weights) == ["weight"] and torch.equal(weights["weight"], torch.ones(2))

@@ -237,6 +237,23 @@ def test_read_run_reads_a_run_and_says_in_one_line_what_a_folder_it_cannot_read_
         assert piece in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("row", [
+    "0,2,test,,2.5,0.25", "0,2,,,2.5,0.25", "0,two,val,,2.5,0.25", "0,2,val,,fast,0.25", "0,2,val,0.1,2.5,0.25",
+    "0,2,train,,2.5,0.25",
+], ids=["a split neither train nor val", "no split", "a step that is no integer", "a figure that is no number",
+        "a learning rate on a val row", "no learning rate on a train row"])
+def test_a_row_that_is_not_a_metrics_row_is_refused_naming_its_line(row: str, tmp_path: Path) -> None:
+    """verify, compare and plot read a run's rows back: a row of another split, or a damaged one,
+    is named by its line, not read as a figure of the run."""
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")
+    rows = "epoch,step,split,lr,loss,accuracy\n0,1,train,0.1,2.5,0.25\n"
+    (tmp_path / "metrics.csv").write_text(rows + "0,2,val,,2.25,0.5\n", encoding="utf-8")
+    assert read_run(tmp_path).train_losses == ["2.5"]  # the well-formed file reads
+    (tmp_path / "metrics.csv").write_text(f"{rows}{row}\n", encoding="utf-8")
+    with pytest.raises(RunError, match="is corrupt \\(line 3 is not a metrics row\\)"):
+        read_run(tmp_path)
+
+
 # --- the run folder's lock -----------------------------------------------------------------------------------
 
 LOCKER = """

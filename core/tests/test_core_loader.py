@@ -65,6 +65,20 @@ def test_set_epoch_start_skips_exactly_the_first_start_samples(world_size: int, 
         assert len(sampler) == len(got)
 
 
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_a_resumed_epochs_start_skips_nothing_of_the_epochs_after_it(world_size: int) -> None:
+    """A run resumed mid-epoch skips that epoch's first samples only: the next set_epoch, with no
+    start, takes its epoch whole."""
+    order = shuffle_oracle(22, SEED, 2)
+    padded = order + order[: -22 % world_size]
+    for rank in range(world_size):
+        sampler = ShardedEpochSampler(22, seed=SEED, shuffle=True, rank=rank, world_size=world_size)
+        sampler.set_epoch(1, 6)
+        sampler.set_epoch(2)
+        assert list(sampler) == [(2, index) for index in padded[rank::world_size]]
+        assert len(sampler) == len(padded) // world_size
+
+
 def test_the_sharded_loader_takes_every_setting_it_is_given():
     loader = make_sharded_loader(Augmented(10), 2, SEED, True, num_workers=2, persistent_workers=True,
                                  prefetch_factor=3, rank=1, world_size=4)

@@ -3,6 +3,7 @@ the hash seed and kernel pins taken from it when the command line does not type 
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -66,3 +67,20 @@ def test_where_python_cannot_read_toml_a_toml_file_is_refused_in_one_line_naming
     with pytest.raises(ValueError, match=r"^is TOML, which Python reads from 3.11 on \(tomllib\): give a .json"):
         startup.read_settings_file(write(tmp_path / "run.toml", "seed = 3\n"))
     assert startup.read_settings_file(write(tmp_path / "run.json", '{"seed": 3}')) == {"seed": 3}
+
+
+@pytest.mark.parametrize("argv", [
+    ["--out=runs/lr=0.1", "--config", "a=b.toml"], ["--out", "runs/lr=0.1", "--config=a=b.toml"],
+    ["--seed", "3", "--seed", "5", "--out", "x", "--out=y"], ["--seed=3", "--seed=5"], ["--resume"],
+], ids=["a value holding =", "either spelling", "a flag typed twice", "twice with =", "none typed"])
+def test_the_scan_before_torch_reads_each_flag_as_trains_parser_does(argv: list[str]) -> None:
+    """The hash seed is chosen before torch loads, by a plain scan of the command line: it must read
+    what argparse reads (a value holding "=", and the last of a flag typed twice), or a run would
+    train one seed with another seed's string hashing."""
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    for name in ("--seed", "--out", "--config"):
+        parser.add_argument(name)
+    parser.add_argument("--resume", action="store_true")
+    parsed = parser.parse_args(argv)
+    for name in ("seed", "out", "config"):
+        assert startup.flag_value(argv, f"--{name}") == getattr(parsed, name), name

@@ -24,3 +24,20 @@ def test_the_real_time_signals_have_names_that_say_what_they_mean():
     assert signal_name(PARENT_DIED) == "its parent process died"
     assert signal_name(PASSED_ON) == "a stop passed on by the command that started it"
     assert signal_name(signal.SIGTERM) == "SIGTERM" and PASSED_ON != PARENT_DIED
+
+
+def test_the_handlers_found_on_entry_are_put_back_on_exit() -> None:
+    """After a run inside a process that goes on (a notebook, a study's in-process main()), Ctrl-C
+    is what it was before (Python's KeyboardInterrupt), and a handler of the caller's own is its own."""
+    def own(signum, frame) -> None:
+        pass
+
+    caller_had = signal.signal(signal.SIGTERM, own)
+    try:
+        with StopSignals() as stop:
+            found = stop.previous
+            assert found and all(signal.getsignal(signum) == stop.request for signum in found)
+        assert {signum: signal.getsignal(signum) for signum in found} == found
+        assert found[signal.SIGTERM] is own
+    finally:
+        signal.signal(signal.SIGTERM, caller_had)

@@ -27,7 +27,7 @@ def model_and_loader():
     with torch.no_grad():
         for batch in make_loader(first(train_set, 64), batch_size=16, seed=0, train=True):
             model(to_device(batch, CPU)[0])
-    return model, make_loader(first(val_set, 64), batch_size=16, seed=0, train=False)
+    return model, make_loader(first(val_set, 70), batch_size=16, seed=0, train=False)  # the last batch short
 
 
 def test_evaluate_changes_no_parameter_and_no_buffer(model_and_loader):
@@ -76,9 +76,10 @@ def test_evaluation_restores_the_mode_it_found(model_and_loader, training):
 
 
 def test_evaluate_scores_every_sample_of_the_split_once(model_and_loader):
-    """An oracle computed here: the figures of evaluate() over its batches of 16 are those of one
-    forward pass over the whole split at once, and its forward passes see each sample once. A batch
-    left out, one counted twice, or only the last batch's sums kept would each change them."""
+    """An oracle computed here: the figures of evaluate() over its batches of 16 (the last of 6) are
+    those of one forward pass over the whole split at once, and its forward passes see each sample
+    once. A batch left out, one counted twice, only the last batch's sums kept, or a mean of the
+    batches' means (which weighs the short batch's samples more) would each change them."""
     model, loader = model_and_loader
     batches = [to_device(batch, CPU) for batch in loader]
     assert len(batches) > 1, "the oracle needs a split of several batches"

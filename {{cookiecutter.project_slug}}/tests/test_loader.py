@@ -218,6 +218,18 @@ def test_example_data_another_data_seed_picks_other_validation_samples():
     assert not torch.equal(inputs_of(val_7), inputs_of(val_other_data))
 
 
+@pytest.mark.skipif(not hasattr(task, "load_arrays"), reason="about the example's data, which this project replaced")
+def test_example_data_each_sample_is_in_one_split_alone():
+    """The validation samples are held out: each of the data's samples is in the training split or
+    in the validation split, never in both (scored on what it trained on) and never in neither."""
+    config = settings()
+    images, _ = task.load_arrays(task.DATASET, config.data_seed)
+    train, val = task.make_datasets(config)
+    split = [image.numpy().tobytes() for part in (train, val) for image in part.images]  # as stored: unaugmented
+    assert sorted(split) == sorted(image.tobytes() for image in images), \
+        f"{len(train)} training and {len(val)} validation samples, of {len(images)}"
+
+
 def test_negative_control_a_generator_the_loader_does_not_seed_changes_with_the_worker_count():
     """What the keyed seeding prevents: a draw that nobody seeds per sample comes from each
     worker's own stream, so two workers hand out other values than none. The tests above could

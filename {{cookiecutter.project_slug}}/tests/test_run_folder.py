@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import math
 import os
 import pickle
 import shutil
@@ -21,16 +22,22 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from {{ cookiecutter.project_slug }} import task, train
 from {{ cookiecutter.project_slug }}.config import parse_flags
 from {{ cookiecutter.project_slug }}.config import settings as settings_of
-from {{ cookiecutter.project_slug }}.train import main
+from {{ cookiecutter.project_slug }}.train import first, main
+from {{ cookiecutter.project_slug }}.utils.data import make_loader
 from {{ cookiecutter.project_slug }}.utils.repro import seed_step, state_dict_sha256
 
 from conftest import FAST, HANG, PACKAGE, Run, finish, python_env, settings, start, train_all, wait_for
 
 
+# Not a multiple of FAST's batch of 16: each epoch ends on a short step, the case a loader that
+# drops it, or a step count rounded down, gets wrong; and fewer than the validation split holds.
+UNEVEN = 120
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Run:
     root = tmp_path_factory.mktemp("run_folder")
-    return train_all(root, {"run": ("--seed", "3")})["run"]
+    return train_all(root, {"run": ("--seed", "3", "--max-samples", str(UNEVEN))})["run"]
 
 
 def test_a_run_folder_holds_its_config_environment_metrics_checkpoint_model_and_summary(run):
@@ -40,6 +47,38 @@ def test_a_run_folder_holds_its_config_environment_metrics_checkpoint_model_and_
     assert [row["step"] for row in run.metrics if row["split"] == "train"] == [
         str(step) for step in range(1, run.summary["steps"] + 1)]
     assert sum(row["split"] == "val" for row in run.metrics) == run.config["epochs"]
+
+
+def test_each_epoch_trains_on_every_sample_its_short_last_step_included_each_step_numbered_once(run):
+    """120 samples in batches of 16: 8 steps an epoch, the last of 8 samples (a loader that drops
+    it trains 7), numbered on from the epoch before (a count rounded down numbers a step twice)."""
+    per_epoch = math.ceil(UNEVEN / 16)
+    assert run.summary["steps"] == run.config["epochs"] * per_epoch
+    assert [int(row["step"]) for row in run.metrics if row["split"] == "train"] == list(range(1, 2 * per_epoch + 1))
+
+
+def test_the_summarys_figures_are_the_final_models_on_the_first_max_samples_of_the_validation_split(run):
+    """An oracle computed here, in one forward pass: model.pt over the first --max-samples samples of
+    the validation split gives summary.json's figures. The whole split (where it holds more), or the
+    training split, would give others."""
+    config = settings(**{**run.config, "out": run.path})
+    train_set, val_set = task.make_datasets(config)
+    model = task.make_model(config, train_set)
+    model.load_state_dict(torch.load(run.path / "model.pt", weights_only=True))
+    model.eval()
+    inputs, targets = next(iter(make_loader(first(val_set, UNEVEN), UNEVEN, config.seed, train=False)))
+    with torch.no_grad():
+        figures = {name: float(value) for name, value in task.metrics_from_sums(task.batch_sums(model(inputs),
+                                                                                              targets)).items()}
+    assert figures == pytest.approx({name: run.summary[f"val_{name}"] for name in figures}, rel=1e-5, abs=1e-7)
+
+
+def test_without_out_a_run_goes_into_runs_seed_and_the_seed_it_trains_with():
+    """The README's default folder, runs/seed<SEED>: two seeds, two folders, whatever the data seed."""
+    assert parse_flags(["--seed", "5"]).out == Path("runs", "seed5")
+    if hasattr(settings(), "data_seed"):  # a project with a fixed split may have taken --data-seed out
+        assert parse_flags(["--seed", "5", "--data-seed", "6"]).out == Path("runs", "seed5")
+    assert parse_flags(["--out", "elsewhere", "--seed", "5"]).out == Path("elsewhere")
 
 
 def test_model_pt_loads_into_a_fresh_model_and_has_the_recorded_weights_hash(run):

@@ -133,14 +133,17 @@ def portable_problem(cpu: dict | None = None) -> str | None:
 
 
 def flag_value(argv: list[str], name: str) -> str | None:
-    """The value of `--name VALUE` or `--name=VALUE` in argv, or None. A plain scan, not a parser:
-    a flag with no value, or any other mistake, is left for train's own parser to report."""
+    """The value of `--name VALUE` or `--name=VALUE` in argv, the last one where the flag is typed
+    twice (argparse keeps the last: `--seed 3 --seed 5` trains seed 5, so its hash seed is 5's),
+    or None. A plain scan, not a parser: a flag with no value, or any other mistake, is left for
+    train's own parser to report."""
+    value = None
     for position, arg in enumerate(argv):
         if arg == name and position + 1 < len(argv):
-            return argv[position + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
+            value = argv[position + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
 
 
 def read_settings_file(path: Path) -> dict:
