@@ -28,7 +28,6 @@ from {{ cookiecutter.project_slug }}.utils.repro import seed_step, state_dict_sh
 
 from conftest import FAST, HANG, PACKAGE, Run, finish, python_env, settings, start, train_all, wait_for
 
-
 # Not a multiple of FAST's batch of 16: each epoch ends on a short step, the case a loader that
 # drops it, or a step count rounded down, gets wrong; and fewer than the validation split holds.
 UNEVEN = 120
