@@ -218,7 +218,8 @@ def test_example_data_another_data_seed_picks_other_validation_samples():
     assert not torch.equal(inputs_of(val_7), inputs_of(val_other_data))
 
 
-@pytest.mark.skipif(not hasattr(task, "load_arrays"), reason="about the example's data, which this project replaced")
+@pytest.mark.skipif(not hasattr(task, "load_arrays") or not hasattr(settings(), "data_seed"),
+                    reason="about the example's data and its --data-seed, which this project replaced or took out")
 def test_example_data_each_sample_is_in_one_split_alone():
     """The validation samples are held out: each of the data's samples is in the training split or
     in the validation split, never in both (scored on what it trained on) and never in neither."""
