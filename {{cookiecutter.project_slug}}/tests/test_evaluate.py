@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ from {{ cookiecutter.project_slug }}.engine.checkpoint import TrainingState
 from {{ cookiecutter.project_slug }}.engine.cli import prog
 from {{ cookiecutter.project_slug }}.engine.optim import make_optimizer
 from {{ cookiecutter.project_slug }}.engine.runs import Run, read_run
-from {{ cookiecutter.project_slug }}.train import evaluate, first, make_loaders
+from {{ cookiecutter.project_slug }}.train import evaluate, first, keep_if_best, make_loaders
 
 from conftest import (
     BATCH,
@@ -325,6 +326,20 @@ def test_a_resumed_run_keeps_the_same_best_as_one_never_stopped(best_kept):
     assert resumed.metrics == whole.metrics and resumed.weights == whole.weights
     assert json.loads((resumed.path / "best.json").read_text()) == json.loads((whole.path / "best.json").read_text())
     assert (resumed.path / "best.pt").read_bytes() == (whole.path / "best.pt").read_bytes()
+
+
+@pytest.mark.parametrize("figures, kept", [({"loss": 0.125, "accuracy": 0.75}, True),
+                                           ({"loss": 9.0, "accuracy": 0.375}, False)],
+                         ids=["its accuracy the highest yet", "its accuracy lower, its loss a larger number"])
+def test_keep_best_weighs_the_figure_it_watches_against_that_figures_earlier_values(figures, kept, tmp_path):
+    """--keep-best max:accuracy: this evaluation's accuracy against the earlier accuracies, whatever
+    its loss. The runs above watch the loss, where a mix-up of the two figures cannot show."""
+    earlier = {"loss": [2.0, 1.5], "accuracy": [0.5, 0.25]}
+    plan = SimpleNamespace(config=SimpleNamespace(keep_best="max:accuracy"), out=tmp_path)
+    state = SimpleNamespace(step=3, epoch=2, model=torch.nn.Linear(2, 1))
+    log = SimpleNamespace(column=lambda split, name, before_step: earlier[name])
+    assert keep_if_best(plan, state, log, figures) is kept
+    assert (tmp_path / "best.json").exists() is kept and (tmp_path / "best.pt").exists() is kept
 
 
 @pytest.mark.parametrize("value, says", [
