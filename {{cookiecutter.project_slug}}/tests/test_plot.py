@@ -48,6 +48,8 @@ def test_the_data_handed_to_the_drawing_is_exactly_metrics_csv(runs, tmp_path, m
     assert series["loss"] == [float(row["loss"]) for row in train]  # unrounded
     for name in run.metric_names:  # every figure the task has
         assert series["val"][name] == [float(row[name]) for row in run.metrics if row["split"] == "val"]
+    # --x epochs divides each step by this: the run's steps over its whole epochs, not a count of rows.
+    assert series["steps_per_epoch"] == run.summary["steps"] // run.config["epochs"]
 
 
 def fake_study(runs, folder, seeds=(7, 8)):

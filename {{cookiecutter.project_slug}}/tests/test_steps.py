@@ -25,10 +25,12 @@ from {{ cookiecutter.project_slug }}.train import evaluation_samples
 from conftest import BATCH, FAST, SAMPLES, once, python_env, start_module, steps_per_epoch, train_many, value_of
 
 P = steps_per_epoch()
-LENGTH = P + 3  # --max-steps: the second epoch cut short three steps in
+EVERY = 3  # --eval-every-steps
+# --max-steps: the second epoch cut short one to three steps in, on a step where an evaluation is
+# due (a multiple of EVERY), which the end of the run's own evaluation covers, as an epoch's end does.
+LENGTH = P + EVERY - P % EVERY
 # --max-steps replaces --epochs, which FAST sets: back to the default, which a length in steps allows.
 MAX_STEPS = ("--epochs", str(Config.epochs), "--max-steps", str(LENGTH))
-EVERY = 3  # --eval-every-steps
 # Evaluations every EVERY steps on one batch of 8 validation samples; a checkpoint at each, so that
 # each evaluation's row can be scored again from the weights of its step.
 STEPWISE = (*MAX_STEPS, "--eval-every-steps", str(EVERY), "--eval-batches", "1",
@@ -77,14 +79,14 @@ def test_max_steps_ends_the_run_after_that_many_steps_its_last_epoch_cut_short(s
     run = step_runs["max_steps_only"]
     assert run.summary["steps"] == LENGTH
     assert [int(row["step"]) for row in rows(run, "train")] == list(range(1, LENGTH + 1))
-    assert [int(row["epoch"]) for row in rows(run, "train")] == [0] * P + [1] * 3
+    assert [int(row["epoch"]) for row in rows(run, "train")] == [0] * P + [1] * (LENGTH - P)
     # Each epoch's end is evaluated: the whole first one, and the second where the steps ran out.
     assert [int(row["step"]) for row in rows(run, "val")] == [P, LENGTH]
 
 
 def test_a_max_steps_run_stopped_at_an_epochs_last_step_resumes_exactly(step_runs):
     """Stopped after step P, before the epoch's evaluation: resumed, it evaluates the epoch, trains
-    the three steps left and ends as the run that never stopped."""
+    the steps left and ends as the run that never stopped."""
     resumed, whole = step_runs["max_steps_resumed"], step_runs["max_steps_only"]
     assert resumed.metrics == whole.metrics and resumed.weights == whole.weights
 
@@ -121,7 +123,8 @@ def test_evaluations_come_every_n_steps_and_at_each_epochs_end(step_runs):
 def test_a_step_where_an_epoch_ends_on_an_evaluation_due_is_evaluated_once(step_runs):
     """An invariant of each run: one validation row a step at most, also where --eval-every-steps
     falls on an epoch's last step (the early-stop runs evaluate every 2 steps: each even epoch
-    length ends on one), which the epoch's own evaluation covers."""
+    length ends on one) or on the run's last (the stepwise runs' LENGTH), which the epoch's own
+    evaluation covers."""
     for name, run in step_runs.items():
         evaluated = [int(row["step"]) for row in rows(run, "val")]
         assert evaluated == sorted(set(evaluated)), f"{name}: a step evaluated twice in {evaluated}"
@@ -322,12 +325,12 @@ def test_resuming_an_early_stopping_run_with_another_figure_watched_is_refused(s
 
 @pytest.mark.parametrize("name", ["max_steps_only", "max_steps_resumed"])
 def test_the_summary_records_the_runs_speed_over_the_samples_it_trained_on(name, step_runs):
-    """samples_per_second x train_seconds: the samples the test counts (one whole epoch, then three
-    batches of the second), a resumed run's too; seconds_per_step x steps: train_seconds."""
+    """samples_per_second x train_seconds: the samples the test counts (one whole epoch, then
+    LENGTH - P batches of the second), a resumed run's too; seconds_per_step x steps: train_seconds."""
     run = step_runs[name]
     train_samples = min(len(task.make_datasets(Config())[0]), SAMPLES)
     seconds = run.summary["train_seconds"]
-    assert run.summary["samples_per_second"] * seconds == pytest.approx(train_samples + 3 * BATCH)
+    assert run.summary["samples_per_second"] * seconds == pytest.approx(train_samples + (LENGTH - P) * BATCH)
     assert run.summary["seconds_per_step"] * LENGTH == pytest.approx(seconds)
     assert ("tokens_per_second" in run.summary) == hasattr(task, "tokens_per_sample")  # a task's count, or none
 

@@ -102,21 +102,27 @@ def test_a_study_refuses_to_go_on_under_another_result_setting(name, tmp_path, c
 
 def test_summarise_refuses_seed_folders_that_are_not_one_study(runs, tmp_path, capsys):
     """The summary's negative controls: it exists to summarise runs that differ in the seed alone,
-    so a run with another setting, or a run filed under another seed's folder, is refused."""
+    so a run with another setting, or a run filed under another seed's folder, is refused, and so
+    is a training flag typed beside --summarise."""
     def study_folder(name: str, seed_7: str, seed_8: str) -> Path:
         for seed, run in (("7", seed_7), ("8", seed_8)):
             shutil.copytree(runs[run].path, tmp_path / name / f"seed-{seed}")
         return tmp_path / name
 
-    def refused(folder: Path) -> str:
+    def refused(folder: Path, *flags: str) -> str:
         with pytest.raises(SystemExit) as exit_info:
-            study.main(["--seeds", "7,8", "--out", str(folder), "--summarise"])
+            study.main(["--seeds", "7,8", "--out", str(folder), "--summarise", *flags])
         err = capsys.readouterr().err.strip().splitlines()
         assert exit_info.value.code == 2 and len(err) == 1
         return err[0]
 
-    assert study.main(["--seeds", "7,8", "--out", str(study_folder("honest", "seed7", "seed8")), "--summarise"]) == 0
+    honest = study_folder("honest", "seed7", "seed8")
+    assert study.main(["--seeds", "7,8", "--out", str(honest), "--summarise"]) == 0
     capsys.readouterr()
+    # A training flag beside --summarise would describe runs that were not made with it.
+    summary = {path.name: path.read_bytes() for path in honest.iterdir() if path.is_file()}
+    assert "--summarise trains nothing: leave out --lr" in refused(honest, "--lr", "0.1")
+    assert {path.name: path.read_bytes() for path in honest.iterdir() if path.is_file()} == summary
     assert "seed-8 holds the run of seed 7, not 8" in refused(study_folder("misfiled", "seed7", "seed7_again"))
     other = study_folder("other_lr", "seed7", "seed8")
     config = json.loads((other / "seed-8" / "config.json").read_text())
