@@ -448,7 +448,8 @@ def test_the_mutation_tool_leaves_out_the_tests_that_start_a_process_and_keeps_t
 @pytest.mark.parametrize(("kind", "heading"), [("independent-teaching", "The teaching size's independent round"),
                                                ("independent-teaching-2", "The teaching size's second round"),
                                                ("independent-teaching-3", "The teaching size's third round"),
-                                               ("independent-2", "The research size's second round")])
+                                               ("independent-2", "The research size's second round"),
+                                               ("independent-3", "The research size's third round")])
 def test_the_readme_quotes_the_plain_rounds_record_as_it_is(kind: str, heading: str):
     """breaks/kill-ratio-<kind>.json (`python scripts/breaks.py kill-ratio --set <kind> --tiers
     plain`) holds results only for breaks of breaks/<kind>.toml, in its order, each tried against
