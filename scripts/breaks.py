@@ -10,10 +10,12 @@
     python scripts/breaks.py kill-ratio --set independent-teaching --tiers plain   # the teaching size's round
     python scripts/breaks.py kill-ratio --set independent-teaching-2 --tiers plain # its second, fresh round
     python scripts/breaks.py kill-ratio --set independent-teaching-3 --tiers plain # its third
+    python scripts/breaks.py kill-ratio --set independent-teaching-4 --tiers plain # its fourth
     python scripts/breaks.py kill-ratio --set independent-2 --tiers plain   # the research size's second round
     python scripts/breaks.py kill-ratio --set independent-3 --tiers plain   # its third
     python scripts/breaks.py core-catches     # the mutation suite's breaks of core files, each against core/tests/
     python scripts/breaks.py core-catches --set independent-core   # the core's independent round, recorded
+    python scripts/breaks.py core-catches --set independent-core-2 # its second, of core/src/repro_core/engine/
 
 A break replaces one piece of text inside one function (or method, `Class.method`) of one file of
 the package: the text must be there exactly once, so that a change to the code that moves or
@@ -182,12 +184,15 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
         "independent-teaching": "kill-ratio-independent-teaching.json",
         "independent-teaching-2": "kill-ratio-independent-teaching-2.json",
         "independent-teaching-3": "kill-ratio-independent-teaching-3.json",
+        "independent-teaching-4": "kill-ratio-independent-teaching-4.json",
         "independent-2": "kill-ratio-independent-2.json", "independent-3": "kill-ratio-independent-3.json",
-        "independent-core": "kill-ratio-independent-core.json"}
-# The size a set breaks; the others break the research size, but independent-core, which breaks
-# core/ itself and is tried by core-catches against core/tests/ alone.
+        "independent-core": "kill-ratio-independent-core.json",
+        "independent-core-2": "kill-ratio-independent-core-2.json"}
+# The size a set breaks; the others break the research size, but CORE_SETS', which break core/
+# itself and are tried by core-catches against core/tests/ alone.
 SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teaching",
-            "independent-teaching-3": "teaching"}
+            "independent-teaching-3": "teaching", "independent-teaching-4": "teaching"}
+CORE_SETS = ("independent-core", "independent-core-2")  # core-catches' rounds: breaks of core/ itself
 
 
 def nearby_tests(project: Path, brk: Break) -> list[str]:
@@ -396,8 +401,8 @@ def main() -> int:
     parser.add_argument("--set", default="mutations", choices=list(SETS), help="kill-ratio: which breaks: "
                         "the mutation suite, or an independent round written from the docs alone (of the "
                         "research size, independent-2 and -3 its second and third rounds; independent-teaching "
-                        "and its second and third rounds, -2 and -3: of the teaching size, whose suite is one "
-                        "tier; core-catches: independent-core, the core's round, against core/tests/)")
+                        "and its second to fourth rounds, -2 to -4: of the teaching size, whose suite is one "
+                        "tier; core-catches: independent-core and -2, the core's rounds, against core/tests/)")
     parser.add_argument("--out", type=Path, help="kill-ratio: the record (default: breaks/kill-ratio.json, or "
                         "breaks/kill-ratio-independent.json for --set independent)")
     parser.add_argument("--tiers", default=",".join(TIERS), help="kill-ratio: the tiers to try, in order "
@@ -415,9 +420,9 @@ def main() -> int:
         return patches(args.check)
     if args.command == "core-catches":
         return core_catches(args.jobs, args.set)
-    if args.set == "independent-core":  # breaks of core/ itself, tried against core/tests/
-        parser.error("--set independent-core is core-catches' round: python scripts/breaks.py core-catches "
-                     "--set independent-core")
+    if args.set in CORE_SETS:  # breaks of core/ itself, tried against core/tests/
+        parser.error(f"--set {args.set} is core-catches' round: python scripts/breaks.py core-catches "
+                     f"--set {args.set}")
     output = args.out or BREAKS / SETS[args.set]
     tiers = [tier for tier in args.tiers.split(",") if tier]
     if not tiers or set(tiers) - set(TIERS):

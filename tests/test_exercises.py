@@ -448,6 +448,7 @@ def test_the_mutation_tool_leaves_out_the_tests_that_start_a_process_and_keeps_t
 @pytest.mark.parametrize(("kind", "heading"), [("independent-teaching", "The teaching size's independent round"),
                                                ("independent-teaching-2", "The teaching size's second round"),
                                                ("independent-teaching-3", "The teaching size's third round"),
+                                               ("independent-teaching-4", "The teaching size's fourth round"),
                                                ("independent-2", "The research size's second round"),
                                                ("independent-3", "The research size's third round")])
 def test_the_readme_quotes_the_plain_rounds_record_as_it_is(kind: str, heading: str):
@@ -468,20 +469,22 @@ def test_the_readme_quotes_the_plain_rounds_record_as_it_is(kind: str, heading: 
     assert f"**{plain} of {tried}** caught by plain `pytest`" in text and f"on {record['date']}" in text
 
 
-def test_the_readme_quotes_the_cores_round_record_as_it_is():
-    """breaks/kill-ratio-independent-core.json (`python scripts/breaks.py core-catches --set
-    independent-core`) holds a result for every break of breaks/independent-core.toml, in its
-    order, each tried against core/tests/ alone, with a ratio that adds up; every break is of a file
-    the core holds; the template README quotes the ratio and the date under the round's heading."""
-    record = json.loads((ROOT / "breaks" / breaks.SETS["independent-core"]).read_text(encoding="utf-8"))
-    names = [brk.name for brk in breaks.load("independent-core")]
-    assert list(record["caught"]) == names and record["tiers"] == ["core/tests"]
-    assert all((ROOT / "core" / "src" / "repro_core" / brk.file).is_file() for brk in breaks.load("independent-core"))
+@pytest.mark.parametrize(("kind", "heading"), [("independent-core", "The core's own round"),
+                                               ("independent-core-2", "The core's second round")])
+def test_the_readme_quotes_the_cores_round_record_as_it_is(kind: str, heading: str):
+    """breaks/kill-ratio-<kind>.json (`python scripts/breaks.py core-catches --set <kind>`) holds a
+    result for every break of breaks/<kind>.toml, in its order, each tried against core/tests/ alone,
+    with a ratio that adds up; every break is of a file the core holds; the template README quotes
+    the ratio and the date under the round's heading."""
+    record = json.loads((ROOT / "breaks" / breaks.SETS[kind]).read_text(encoding="utf-8"))
+    names = [brk.name for brk in breaks.load(kind)]
+    assert kind in breaks.CORE_SETS and list(record["caught"]) == names and record["tiers"] == ["core/tests"]
+    assert all((ROOT / "core" / "src" / "repro_core" / brk.file).is_file() for brk in breaks.load(kind))
     caught = list(record["caught"].values())
     assert set(caught) <= {"core/tests", None} and record["tried"] == f"{len(names)} of {len(names)}"
     assert record["core/tests"] == f"{caught.count('core/tests')}/{len(names)}"
     assert all((record["first_failure"][name] is None) == (tier is None) for name, tier in record["caught"].items())
-    section = (ROOT / "README.md").read_text(encoding="utf-8").split("### The core's own round")[1]
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split(f"### {heading}")[1]
     text = " ".join(section.split("\n### ")[0].split("\n## ")[0].split())
     caught_count, tried = record["core/tests"].split("/")
     assert f"**{caught_count} of {tried}** caught by `pytest core/tests`" in text and f"on {record['date']}" in text

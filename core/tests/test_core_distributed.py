@@ -437,3 +437,24 @@ def test_a_checkpoint_whose_metadata_would_run_code_is_refused_unrun_and_the_one
     assert load_latest_checkpoint(folder, sharded=True)[1] == older
     assert capsys.readouterr().err == f"warning: skipping damaged checkpoint {newest} ({problem})\n"
     assert not marker.exists()
+
+
+def test_a_block_holding_a_layer_tied_to_one_outside_it_is_left_to_the_root() -> None:
+    """shard_units: a block is a unit of its own only if every parameter it holds is used inside it
+    alone; a block with an output layer tied to the embedding (nanoGPT's lm_head, say) stays with the
+    root, since FSDP cannot shard one parameter in two units. No process group is needed to choose."""
+    from repro_core.engine.distributed import shard_units
+    from torch import nn
+
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embedding = nn.Embedding(10, 4)
+            self.blocks = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+            self.head = nn.Sequential(nn.LayerNorm(4), nn.Linear(4, 10, bias=False))  # its norm is its own
+            self.head[1].weight = self.embedding.weight
+
+    model = Tied()
+    assert shard_units(model) == [model.blocks[0], model.blocks[1]]
+    model.head[1].weight = nn.Parameter(model.embedding.weight.detach().clone())  # the control: untied,
+    assert shard_units(model) == [model.embedding, model.blocks[0], model.blocks[1], model.head]  # each its own

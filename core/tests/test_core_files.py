@@ -35,7 +35,7 @@ from repro_core.engine.run_folder import (
     unlock_folder,
     write_result,
 )
-from repro_core.engine.runs import RunError, read_run
+from repro_core.engine.runs import RunError, read_json, read_run
 from repro_core.utils.repro import state_dict_sha256
 
 
@@ -205,6 +205,27 @@ def test_a_refused_run_removes_the_folders_it_made_and_nothing_else(tmp_path: Pa
     assert make_out_dir(tmp_path / "kept") is None  # made by someone else: never removed
     remove_if_made_empty()
     assert (tmp_path / "kept").is_dir()
+
+
+def test_a_made_folder_whose_only_file_lies_deeper_down_stays_with_it(tmp_path: Path) -> None:
+    """What counts is every file below the folder it made, not only the folder's own entries: a
+    refused run never deletes another's files that lie in a subfolder of it."""
+    assert make_out_dir(tmp_path / "shared" / "run") is None  # made shared/ and shared/run/
+    (tmp_path / "shared" / "other" / "logs").mkdir(parents=True)
+    (tmp_path / "shared" / "other" / "logs" / "notes.txt").write_text("another run's\n")
+    remove_if_made_empty()
+    assert (tmp_path / "shared" / "other" / "logs" / "notes.txt").read_text() == "another run's\n"
+
+
+@pytest.mark.parametrize("text", ["[0.5, 0.25]", "3", '"a string"', "null"])
+def test_a_run_file_holding_json_that_is_no_object_is_one_line_naming_it(tmp_path: Path, text: str) -> None:
+    """verify, compare and study read a run through read_json: a file that holds valid JSON but no
+    object (a list, a number) is a RunError, one line, not a traceback further on."""
+    path = tmp_path / "summary.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(RunError) as raised:
+        read_json(path, required=True)
+    assert str(raised.value) == f"{path} is corrupt (not a JSON object)"
 
 
 def test_write_json_round_trips_floats_exactly(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from repro_core.engine.loop import NonFiniteStep, StepRows, accumulation_windows, finite_step
+from repro_core.engine.loop import NonFiniteStep, StepRows, accumulation_windows, finite_step, read_back
 from repro_core.engine.run_folder import MetricsLog
 from torch import nn
 
@@ -153,3 +153,15 @@ def test_weight_decay_on_weights_exempts_a_tasks_own_norm_by_its_one_dimension_a
     assert {id(p) for p in exempt["params"]} == {id(model[0].weight), id(model[1].bias), id(model[2].weight),
                                                  id(model[3].weight), id(model[3].bias), id(model[4].bias)}
     assert (decayed["weight_decay"], exempt["weight_decay"]) == (0.1, 0.0)
+
+
+def test_figures_are_read_back_as_the_exact_floats_the_task_computed() -> None:
+    """float64 holds every float32 and every figure a task computes in float64 (a Python number, a
+    count): nothing read back is rounded. The oracle: the values themselves, compared as floats."""
+    third, big = 1 / 3, 2.0**24 + 1  # neither is a float32
+    figures = [{"loss": torch.tensor(0.1, dtype=torch.float64), "accuracy": third, "samples": 16777217},
+               {"loss": torch.tensor(0.1, dtype=torch.float32), "accuracy": torch.tensor(big, dtype=torch.float64),
+                "samples": 3}]
+    rows = read_back(figures, ("loss", "accuracy", "samples"), CPU)
+    assert rows == [[0.1, third, big], [float(torch.tensor(0.1, dtype=torch.float32)), big, 3.0]]
+    assert all(type(value) is float for row in rows for value in row)

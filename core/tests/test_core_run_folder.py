@@ -37,6 +37,7 @@ from repro_core.engine.run_folder import (
     write_error_log,
     write_result,
 )
+from repro_core.engine.tracking import make_trackers
 from repro_core.utils.repro import state_dict_sha256
 
 
@@ -421,3 +422,11 @@ def test_the_summary_holds_each_figure_under_its_name(tmp_path: Path) -> None:
                        "train_seconds": 2.25, "steps": 12, "world_size": 2, "metrics": ["loss", "accuracy"],
                        "headline_metric": "accuracy", "val_loss": 0.5, "val_accuracy": 0.75, "early_stop_step": 12}
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
+
+
+@pytest.mark.parametrize(("is_main", "tensorboard"), [(False, True), (True, False), (False, False)])
+def test_trackers_are_made_on_rank_0_alone_and_only_when_asked_for(tmp_path: Path, is_main: bool,
+                                                                     tensorboard: bool) -> None:
+    """Under torchrun every rank calls make_trackers: one writer of events, or each curve once per process."""
+    assert make_trackers(SimpleNamespace(tensorboard=tensorboard), tmp_path, is_main) == []
+    assert list(tmp_path.iterdir()) == []  # no tensorboard/ folder either

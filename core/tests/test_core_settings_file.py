@@ -84,3 +84,13 @@ def test_the_scan_before_torch_reads_each_flag_as_trains_parser_does(argv: list[
     parsed = parser.parse_args(argv)
     for name in ("seed", "out", "config"):
         assert startup.flag_value(argv, f"--{name}") == getattr(parsed, name), name
+
+
+def test_a_cpu_whose_flags_the_system_does_not_say_is_refused_portable_in_one_line() -> None:
+    """cpu_info gives flags None where the system does not say (no /proc/cpuinfo flags, a failing
+    sysctl): --cpu-kernels portable is then refused in one sentence, not a TypeError at start-up."""
+    unknown = {"machine": "x86_64", "model": "a virtual CPU", "flags": None}
+    assert startup.portable_problem(unknown) == \
+        "--cpu-kernels portable: cannot tell whether this CPU has AVX2 and FMA (the system does not say)"
+    assert startup.portable_problem({**unknown, "flags": {"avx2", "fma", "sse2"}}) is None  # the control
+    assert "lacks fma" in startup.portable_problem({**unknown, "flags": {"avx2"}})

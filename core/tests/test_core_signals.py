@@ -4,8 +4,10 @@ generated project's tests/test_stop_signals.py and test_study.py): which request
 from __future__ import annotations
 
 import signal
+import sys
 
 import pytest
+from core_helpers import run_python
 from repro_core.engine.signals import PARENT_DIED, PASSED_ON, StopSignals, signal_name
 
 
@@ -41,3 +43,21 @@ def test_the_handlers_found_on_entry_are_put_back_on_exit() -> None:
         assert found[signal.SIGTERM] is own
     finally:
         signal.signal(signal.SIGTERM, caller_had)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or PARENT_DIED is None, reason="prctl is Linux's")
+def test_a_child_asks_for_parent_died_not_sigterm_when_its_parent_dies() -> None:
+    """SIGTERM would come once per thread of the dying parent, and a second SIGTERM means "exit now,
+    without a checkpoint": the request must be PARENT_DIED. Read back from the kernel (PR_GET_PDEATHSIG)."""
+    asked = run_python("""
+        import ctypes
+        from repro_core.engine.signals import die_with_parent
+        libc = ctypes.CDLL(None, use_errno=True)
+        before = ctypes.c_int()
+        libc.prctl(2, ctypes.byref(before), 0, 0, 0)  # PR_GET_PDEATHSIG
+        die_with_parent()
+        after = ctypes.c_int()
+        libc.prctl(2, ctypes.byref(after), 0, 0, 0)
+        print(before.value, after.value)
+    """).stdout.split()
+    assert asked == ["0", str(int(PARENT_DIED))] and int(PARENT_DIED) != int(signal.SIGTERM)

@@ -3,7 +3,9 @@ in the order of its checkpoints, the two of one step (before and after the epoch
 
 from __future__ import annotations
 
-from repro_core.engine.world_sizes import describe, history_on_resume, position
+from pathlib import Path
+
+from repro_core.engine.world_sizes import FILE, describe, history_on_resume, position, write_world_sizes
 
 BEFORE = {"step": 8, "epoch": 0, "epoch_step": 8}  # an epoch's last step, checkpointed before its evaluation
 AFTER = {"step": 8, "epoch": 1, "epoch_step": 0}  # the same step after it: the next epoch's start
@@ -28,3 +30,14 @@ def test_the_history_is_told_in_words_with_the_evaluation_named() -> None:
     assert describe([], 1) == "1 process"
     assert describe([{"step": 0, "world_size": 2}, {**AFTER, "world_size": 3}], 3) == \
         "2 processes, then 3 from step 8 (after its epoch's evaluation)"
+
+
+def test_the_record_is_written_while_there_is_a_change_and_removed_once_the_run_is_back_to_one(tmp_path: Path) -> None:
+    """A run resumed, from before its change, at the world size it started with has one world size
+    again: a record kept from before would report a change the run no longer has."""
+    changed = [{"step": 0, "world_size": 2}, {**AFTER, "world_size": 3}]
+    write_world_sizes(tmp_path, changed)
+    assert (tmp_path / FILE).is_file()
+    write_world_sizes(tmp_path, [])
+    assert not (tmp_path / FILE).exists()
+    write_world_sizes(tmp_path, [])  # none to remove: no error

@@ -90,6 +90,16 @@ def test_a_run_killed_mid_epoch_and_resumed_ends_as_the_run_that_never_stopped(t
                             f"{reference_rows[parted]!r}; it was killed after step {hold_at}")
     assert len(resumed_rows) == len(reference_rows), (len(resumed_rows), len(reference_rows))
     assert weights_sha256(killed) == weights_sha256(reference), "every row equal, yet other final weights"
+    # Its summary too (the steps of the whole run, not of the resumed part), all but the times it took.
+    resumed_summary, reference_summary = (summary_of(run) for run in (killed, reference))
+    assert resumed_summary == reference_summary, (resumed_summary, reference_summary)
+
+
+def summary_of(run: Path) -> dict:
+    """summary.json less its figures of time (train_seconds; in the research size the throughput too,
+    samples_per_second and the like), which no two runs share."""
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    return {name: value for name, value in summary.items() if "second" not in name}
 
 
 def weights_sha256(run: Path) -> str:

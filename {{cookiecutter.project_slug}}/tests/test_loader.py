@@ -200,6 +200,15 @@ def test_a_dataset_that_says_nothing_of_its_draws_gets_all_three_generators_seed
     assert torch.equal(loader_epoch(undeclared, 0), loader_epoch(undeclared, 2))
 
 
+@pytest.mark.parametrize("names", [("NumPy",), ("numpy ",), ("Torch", "random"), ("jax",)])
+def test_a_draws_from_naming_a_generator_in_another_spelling_is_refused_when_the_loader_is_made(names):
+    """Only 'random', 'numpy' and 'torch', spelled so: another spelling would match no generator, and
+    the one it meant would go unseeded, drawing otherwise in each worker. Refused before any sample."""
+    misnamed = type("Misnamed", (DrawsUndeclared,), {"draws_from": names})(train_set())
+    with pytest.raises(ValueError, match="may name only 'random', 'numpy', 'torch'"):
+        make_loader(misnamed, batch_size=BATCH, seed=SEED, train=True)
+
+
 def inputs_of(dataset) -> torch.Tensor:
     return torch.stack([torch.as_tensor(dataset[i][0]) for i in range(len(dataset))])
 

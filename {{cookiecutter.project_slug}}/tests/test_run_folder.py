@@ -102,6 +102,7 @@ BAD = {
     "negative momentum": ("--momentum", "-1"),
     "momentum of 1 (no decay)": ("--momentum", "1"),
     "seed in Arabic-Indic digits": ("--seed", "\u0664\u0662"),
+    "an abbreviated flag (the restart reads --seed whole)": ("--se", "3"),
     "comma-separated GPUs": ("--device", "cuda:1,2"),
     "unknown determinism mode": ("--deterministic", "sometimes"),
     "resume without a checkpoint": ("--resume",),
@@ -374,13 +375,16 @@ class RunsCode:
         return os.mkdir, (str(self.marker),)
 
 
-@pytest.mark.parametrize("content", ["another project's", "without its row count", "crafted to run code",
-                                     "cut short"])
+@pytest.mark.parametrize("content", ["another project's", "a wrapped model's", "without its row count",
+                                     "crafted to run code", "cut short"])
 def test_resume_refuses_a_checkpoint_that_is_not_this_runs_in_one_line(content, run, tmp_path, capsys):
     folder = copy_of(run, tmp_path / "checkpoint").path
     checkpoint = folder / "checkpoint.pt"
     if content == "another project's":
         torch.save({"model": {"other.weight": torch.zeros(1)}, "optimizer": {}, "epoch": 0, "rows": 1}, checkpoint)
+    elif content == "a wrapped model's":  # this run's own, every name as DistributedDataParallel prefixes it
+        saved = torch.load(checkpoint, weights_only=True)
+        torch.save({**saved, "model": {f"module.{name}": value for name, value in saved["model"].items()}}, checkpoint)
     elif content == "without its row count":  # this run's weights, from a checkpoint of another layout
         torch.save({key: value for key, value in torch.load(checkpoint, weights_only=True).items() if key != "rows"},
                    checkpoint)
