@@ -13,6 +13,7 @@
     python scripts/breaks.py kill-ratio --set independent-teaching-4 --tiers plain # its fourth
     python scripts/breaks.py kill-ratio --set independent-2 --tiers plain   # the research size's second round
     python scripts/breaks.py kill-ratio --set independent-3 --tiers plain   # its third
+    python scripts/breaks.py kill-ratio --set independent-4 --tiers plain   # its fourth
     python scripts/breaks.py core-catches     # the mutation suite's breaks of core files, each against core/tests/
     python scripts/breaks.py core-catches --set independent-core   # the core's independent round, recorded
     python scripts/breaks.py core-catches --set independent-core-2 # its second, of core/src/repro_core/engine/
@@ -186,6 +187,7 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
         "independent-teaching-3": "kill-ratio-independent-teaching-3.json",
         "independent-teaching-4": "kill-ratio-independent-teaching-4.json",
         "independent-2": "kill-ratio-independent-2.json", "independent-3": "kill-ratio-independent-3.json",
+        "independent-4": "kill-ratio-independent-4.json",
         "independent-core": "kill-ratio-independent-core.json",
         "independent-core-2": "kill-ratio-independent-core-2.json"}
 # The size a set breaks; the others break the research size, but CORE_SETS', which break core/
@@ -400,7 +402,7 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="patches: only compare; change nothing")
     parser.add_argument("--set", default="mutations", choices=list(SETS), help="kill-ratio: which breaks: "
                         "the mutation suite, or an independent round written from the docs alone (of the "
-                        "research size, independent-2 and -3 its second and third rounds; independent-teaching "
+                        "research size, independent-2 to -4 its second to fourth rounds; independent-teaching "
                         "and its second to fourth rounds, -2 to -4: of the teaching size, whose suite is one "
                         "tier; core-catches: independent-core and -2, the core's rounds, against core/tests/)")
     parser.add_argument("--out", type=Path, help="kill-ratio: the record (default: breaks/kill-ratio.json, or "

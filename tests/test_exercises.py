@@ -450,7 +450,8 @@ def test_the_mutation_tool_leaves_out_the_tests_that_start_a_process_and_keeps_t
                                                ("independent-teaching-3", "The teaching size's third round"),
                                                ("independent-teaching-4", "The teaching size's fourth round"),
                                                ("independent-2", "The research size's second round"),
-                                               ("independent-3", "The research size's third round")])
+                                               ("independent-3", "The research size's third round"),
+                                               ("independent-4", "The research size's fourth round")])
 def test_the_readme_quotes_the_plain_rounds_record_as_it_is(kind: str, heading: str):
     """breaks/kill-ratio-<kind>.json (`python scripts/breaks.py kill-ratio --set <kind> --tiers
     plain`) holds results only for breaks of breaks/<kind>.toml, in its order, each tried against

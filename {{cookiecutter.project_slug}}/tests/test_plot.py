@@ -121,6 +121,9 @@ def test_bad_paths_and_places_get_one_line_and_exit_2(runs, tmp_path, capsys):
     assert "choose one of .png, .pdf, .svg" in refused([run, "--out", str(tmp_path / "x.jpg")], capsys)
     assert "is a folder" in refused([run, "--out", str(tmp_path)], capsys)
     assert "--label given 1 times for 2 paths" in refused([run, run, "--label", "A", "--out", "x.png"], capsys)
+    for window in ("0", "-3"):  # a trailing mean of no step divides by zero
+        assert f"--smooth must be at least 1, not {window}" in refused([run, "--smooth", window, "--out", "x.png"],
+                                                                       capsys)
     assert "cannot write" in refused([run, "--out", "/proc/curves.png"], capsys)  # a place that holds no files
     if os.geteuid() != 0:  # root writes anywhere else
         locked = tmp_path / "locked"

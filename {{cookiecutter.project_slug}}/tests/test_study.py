@@ -51,6 +51,8 @@ def test_bad_seed_lists_are_refused_with_one_line_before_anything_runs(text, rea
 @pytest.mark.parametrize("flags, reason", [(("--epochs", "0"), "argument --epochs: 0 is not at least 1"),
                                            (("--seed", "3"), "--seed is set by the study"),
                                            (("--resume",), "--resume is set by the study"),
+                                           (("--seed=3",), "--seed is set by the study"),
+                                           (("--stop-after-steps=2",), "--stop-after-steps is set by the study"),
                                            (("--prefetch-factor", "2"), "need --num-workers above 0"),
                                            (("--colour", "red"), "unrecognized arguments: --colour"),
                                            (("--parallel", "fsdp"), "--parallel fsdp needs torchrun")])

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from {{ cookiecutter.project_slug }} import compare, doctor, verify
+from {{ cookiecutter.project_slug }}.config import Config
 from {{ cookiecutter.project_slug }}.engine.environment import ENVIRONMENT_KEYS, environment_changes
 from {{ cookiecutter.project_slug }}.engine.runs import read_run
 
@@ -105,6 +106,24 @@ def test_verify_takes_steps_up_to_and_including_the_runs_last(runs, monkeypatch,
     assert asked == [run.summary["steps"]]
 
 
+def test_verify_refuses_an_unfinished_run_whole_in_one_line_and_takes_its_first_steps(runs, tmp_path, monkeypatch,
+                                                                                        capsys):
+    """A run that did not finish has no final weights to compare: `verify RUN` says so and points to
+    --steps N, which verifies the steps it did record."""
+    unfinished = shutil.copytree(runs["seed7"].path, tmp_path / "unfinished")
+    (unfinished / "summary.json").unlink()  # as a run leaves its folder until it finishes
+    (unfinished / "model.pt").unlink()
+    asked = []
+    monkeypatch.setattr(verify, "verify",
+                        lambda original, steps, keep, world_size: asked.append(steps) or (0, ["REPRODUCED"]))
+    with pytest.raises(SystemExit) as exit_info:
+        verify.main([str(unfinished)])
+    assert exit_info.value.code == 2 and asked == []
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith("did not finish (no summary.json); verify its first steps with --steps N")
+    assert verify.main([str(unfinished), "--steps", "2"]) == 0 and asked == [2]
+
+
 def test_verify_never_claims_steps_that_the_run_does_not_have(runs, capsys):
     run = runs["seed7_threads2"]  # one epoch
     with pytest.raises(SystemExit) as exit_info:
@@ -162,6 +181,20 @@ def test_compare_finds_runs_that_differ_only_in_how_they_executed_identical(runs
     assert compare.main([str(runs["seed7"].path), str(runs["seed7_workers2_persistent"].path)]) == 0
     out = capsys.readouterr().out
     assert "num_workers: 0 -> 2" in out and out.strip().endswith("IDENTICAL")
+
+
+def test_compare_takes_a_setting_a_run_did_not_record_as_its_default(runs, tmp_path, capsys):
+    """A run older than a setting (its config.json lacks it) trained with that setting's default:
+    against the same run that recorded it, no config difference, and IDENTICAL."""
+    older = shutil.copytree(runs["seed7"].path, tmp_path / "older")
+    config = json.loads((older / "config.json").read_text(encoding="utf-8"))
+    defaults = Config().to_dict()
+    unrecorded = next(name for name, value in config.items() if name in defaults and value == defaults[name])
+    del config[unrecorded]
+    (older / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    assert compare.main([str(runs["seed7"].path), str(older)]) == 0
+    out = capsys.readouterr().out
+    assert f"{unrecorded}:" not in out and out.strip().endswith("IDENTICAL"), (unrecorded, out)
 
 
 def test_compare_finds_a_log_cut_short_different(runs, tmp_path, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 import torch
@@ -184,6 +185,24 @@ def test_bad_flags_give_one_clear_line_and_exit_2_before_touching_anything(flags
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
     assert not (tmp_path / "never").exists()
     assert not torch.are_deterministic_algorithms_enabled()  # no global setting was changed yet
+
+
+@pytest.mark.parametrize("finished", [True, False], ids=["a finished run", "an unfinished run"])
+def test_resume_with_overwrite_of_a_run_is_refused_for_the_contradiction_and_leaves_it_as_it_was(finished, runs,
+                                                                                                 tmp_path, capsys):
+    """Where either flag alone would act (continue the run, or replace it), the two together are still
+    refused, for what they are: one of the two requests would otherwise be dropped without a word."""
+    folder = shutil.copytree(runs["seed7"].path, tmp_path / "run")
+    if not finished:
+        (folder / "summary.json").unlink()
+        (folder / "model.pt").unlink()
+    before = {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out", str(folder), "--resume", "--overwrite"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1, err
+    assert err[0].endswith("--resume and --overwrite contradict each other: choose one"), err
+    assert {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before
 
 
 @pytest.mark.parametrize("flags", [
