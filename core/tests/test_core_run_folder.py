@@ -430,3 +430,10 @@ def test_trackers_are_made_on_rank_0_alone_and_only_when_asked_for(tmp_path: Pat
     """Under torchrun every rank calls make_trackers: one writer of events, or each curve once per process."""
     assert make_trackers(SimpleNamespace(tensorboard=tensorboard), tmp_path, is_main) == []
     assert list(tmp_path.iterdir()) == []  # no tensorboard/ folder either
+
+
+def test_rank_0_asked_for_tensorboard_gets_one_tracker_writing_into_the_run_folder(tmp_path: Path) -> None:
+    """The control of the test above: the one case that makes a tracker."""
+    pytest.importorskip("tensorboard", reason="tensorboard is the research size's optional extra, not the core's")
+    trackers = make_trackers(SimpleNamespace(tensorboard=True), tmp_path, True)
+    assert len(trackers) == 1 and (tmp_path / "tensorboard").is_dir()
