@@ -240,6 +240,19 @@ def test_example_data_each_sample_is_in_one_split_alone():
         f"{len(train)} training and {len(val)} validation samples, of {len(images)}"
 
 
+@pytest.mark.skipif(not hasattr(task, "load_arrays") or not hasattr(task, "NUM_CLASSES")
+                    or not hasattr(settings(), "data_seed"),
+                    reason="about the example's data and its classes, which this project replaced or took out")
+def test_example_data_each_split_holds_every_class():
+    """The example's classes are 0 .. NUM_CLASSES - 1, and each split holds each of them: a class that
+    never occurs leaves an output the loss never trains, and the notebook's chance level wrong."""
+    config = settings()
+    _, labels = task.load_arrays(task.DATASET, config.data_seed)
+    assert sorted(set(labels.tolist())) == list(range(task.NUM_CLASSES))
+    for split in task.make_datasets(config):
+        assert sorted(set(torch.as_tensor(split.labels).tolist())) == list(range(task.NUM_CLASSES))
+
+
 def test_negative_control_a_generator_the_loader_does_not_seed_changes_with_the_worker_count():
     """What the keyed seeding prevents: a draw that nobody seeds per sample comes from each
     worker's own stream, so two workers hand out other values than none. The tests above could

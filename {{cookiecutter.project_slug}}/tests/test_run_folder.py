@@ -20,10 +20,11 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from {{ cookiecutter.project_slug }} import task, train
-from {{ cookiecutter.project_slug }}.config import parse_flags
+from {{ cookiecutter.project_slug }}.config import FLOAT32_MAX, MAX_THREADS, MAX_WORKERS, parse_flags
 from {{ cookiecutter.project_slug }}.config import settings as settings_of
 from {{ cookiecutter.project_slug }}.train import first, main
 from {{ cookiecutter.project_slug }}.utils.data import make_loader
+from {{ cookiecutter.project_slug }}.utils.device import select_device
 from {{ cookiecutter.project_slug }}.utils.repro import seed_step, state_dict_sha256
 
 from conftest import FAST, HANG, PACKAGE, Run, finish, python_env, settings, start, train_all, wait_for
@@ -123,6 +124,32 @@ def test_a_mistake_gets_one_line_and_exit_2_and_writes_nothing(flags, tmp_path, 
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and error.startswith(f"python -m {PACKAGE}.train: error: "), error
     assert not (tmp_path / "never").exists()
+
+
+# The edges of each range, which a refusal above must not take: 0 is a dropout and a momentum (plain
+# SGD), 2**32 - 1 a seed (PYTHONHASHSEED's largest), the largest --lr a float32 holds, and as many
+# threads and workers as the bounds allow.
+EDGES = [("--seed", "0", 0), ("--seed", "4294967295", 4294967295), ("--epochs", "1", 1),
+         ("--lr", "3.4028234663852886e38", FLOAT32_MAX), ("--dropout", "0", 0.0), ("--momentum", "0", 0.0),
+         ("--max-samples", "0", 0), ("--threads", str(MAX_THREADS), MAX_THREADS),
+         ("--num-workers", str(MAX_WORKERS), MAX_WORKERS)]
+
+
+@pytest.mark.parametrize(("flag", "typed", "value"), EDGES, ids=[f"{flag} {typed}" for flag, typed, _ in EDGES])
+def test_the_edges_of_each_range_are_accepted_as_typed(flag, typed, value):
+    assert getattr(parse_flags([flag, typed]), flag[2:].replace("-", "_")) == value
+
+
+def test_the_readmes_first_run_makes_its_folder_with_the_folders_above_and_records_the_device_it_used(tmp_path):
+    """`--out runs/a` in a fresh project: runs/ is made too. --device auto is recorded as asked in
+    config.json, and environment.json holds the device the run trained on, which explains two
+    hashes that differ between a GPU and a CPU."""
+    out = tmp_path / "runs" / "a"
+    finish(start(["-m", f"{PACKAGE}.train", "--out", str(out), *FAST, "--device", "auto"], tmp_path / "log"),
+           tmp_path / "log")
+    made = Run(out)
+    assert made.config["device"] == "auto"
+    assert made.environment["device"] == str(select_device("auto"))
 
 
 def test_a_worker_count_no_machine_runs_is_refused_before_any_worker_starts(capsys):
