@@ -234,6 +234,36 @@ def test_a_resume_from_a_checkpoint_takes_the_step_the_run_that_never_stopped_to
     assert state_dict_sha256(fresh.model.state_dict()) != state_dict_sha256(run.model.state_dict())
 
 
+def test_a_resume_restores_the_schedules_position_and_fp16s_loss_scale(tmp_path: Path) -> None:
+    """A StepLR's next rate follows from the optimizer's own, restored with it; a warm-up or a cosine
+    (LambdaLR) computes it from the schedule's own step count; and fp16's loss scale, grown or cut
+    by the steps before, is no default."""
+    run = training_state()
+    run.scaler = torch.amp.GradScaler("cpu", init_scale=8.0)
+    take_step(run)
+    take_step(run)
+    save_checkpoint(tmp_path, run.to_checkpoint({}, seconds=0.0))
+    resumed = training_state()
+    resumed.scaler = torch.amp.GradScaler("cpu")
+    assert resumed.scheduler.state_dict() != run.scheduler.state_dict()  # the control: a fresh one is not
+    resumed.load_checkpoint(load_latest_checkpoint(tmp_path)[0])
+    assert resumed.scheduler.state_dict() == run.scheduler.state_dict()
+    assert resumed.scaler.get_scale() == 8.0 != torch.amp.GradScaler("cpu").get_scale()
+
+
+def test_a_checkpoint_of_another_format_is_refused_as_a_models_weights_too(tmp_path: Path) -> None:
+    """evaluate and --init-from take a checkpoint file as well as a model.pt: one this code does not
+    read as a checkpoint (an older format's, whose fields may mean otherwise) is not read for its weights."""
+    model = nn.Linear(3, 2)
+    path = tmp_path / "old.pt"
+    torch.save({"format_version": FORMAT_VERSION - 1, "model": model.state_dict(), "step": 3}, path)
+    with pytest.raises(ValueError, match="cannot be loaded: .*format"):
+        read_model_weights(path)
+    torch.save({"format_version": FORMAT_VERSION, "model": model.state_dict(), "step": 3}, path)  # the control
+    weights, step = read_model_weights(path)
+    assert step == 3 and state_dict_sha256(weights) == state_dict_sha256(model.state_dict())
+
+
 @pytest.mark.parametrize("content", [{}, {"weight": "a string"}, [torch.ones(2)]],
                          ids=["an empty mapping", "a mapping to a string", "a list of tensors"])
 def test_a_file_that_holds_no_models_weights_is_refused_in_one_line(content: object, tmp_path: Path) -> None:

@@ -54,6 +54,18 @@ def test_a_gpu_index_of_two_digits_is_parsed_as_that_index(spec: str, index: int
     assert select_device(spec) == torch.device("cuda", index)
 
 
+@pytest.mark.parametrize(("cuda", "mps", "chosen"), [(True, True, torch.device("cuda", 0)),
+                                                    (False, True, torch.device("mps")),
+                                                    (False, False, torch.device("cpu"))])
+def test_auto_prefers_cuda_then_mps_then_the_cpu(cuda: bool, mps: bool, chosen: torch.device,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA, then MPS, then the CPU, as select_device says: a machine that has both trains on CUDA."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: int(cuda))
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+    assert select_device("auto") == chosen
+
+
 @pytest.mark.usefixtures("twelve_gpus")
 @pytest.mark.parametrize("spec", ["cuda:12", "cuda:99"])
 def test_a_gpu_beyond_the_machines_is_refused_listing_those_it_has(spec: str) -> None:

@@ -124,6 +124,16 @@ WORKER = textwrap.dedent('''
     distributed.broadcast_buffers(plain)
     seen["broadcast"] = buffers(plain)
 
+    # An accumulation window of two micro-batches under DDP, each rank's of its own: the first adds
+    # up locally (no_sync), the last all-reduces the window's sum.
+    torch.manual_seed(0)
+    ddp = distributed.wrap(nn.Linear(4, 2), CPU, "ddp")
+    for last in (False, True):
+        torch.manual_seed(300 + 10 * rank + last)
+        with distributed.no_sync(ddp, last_micro_batch=last):
+            ddp(torch.randn(4, 4)).square().mean().backward()
+        seen[f"gradient_after_{'last' if last else 'first'}_micro_batch"] = ddp.module.weight.grad.clone()
+
     evaluated = sharded_state(seed=0).model  # a model of its own: one left gathered could not be saved
     seen["is_sharded"] = distributed.is_sharded(evaluated)
     seen["full_shapes"] = {name: tuple(p.shape) for name, p in evaluated.named_parameters()}
@@ -250,6 +260,15 @@ def test_sum_over_ranks_adds_each_named_tensor_over_the_ranks_in_place_to_the_sa
         assert equal(seen["summed"], expected) and seen["summed_in_place"]
         assert seen["summed_names"] == ("loss", "samples", "errors")  # in the order given
     assert equal(launch.ranks[0]["summed"], launch.ranks[1]["summed"])
+
+
+def test_under_ddp_a_windows_first_micro_batch_adds_up_locally_and_its_last_all_reduces(launch: Launch) -> None:
+    """An all-reduce after every micro-batch would cost a window's worth of communication for one
+    step's; one after none would leave each rank stepping on its own gradient."""
+    first, last = (tuple(rank[f"gradient_after_{which}_micro_batch"] for rank in launch.ranks)
+                   for which in ("first", "last"))
+    assert not torch.equal(*first)  # each rank's own batch, not yet reduced
+    assert torch.equal(*last)
 
 
 def test_broadcast_buffers_gives_every_rank_rank_0s_buffers(launch: Launch) -> None:
@@ -458,3 +477,19 @@ def test_a_block_holding_a_layer_tied_to_one_outside_it_is_left_to_the_root() ->
     assert shard_units(model) == [model.blocks[0], model.blocks[1]]
     model.head[1].weight = nn.Parameter(model.embedding.weight.detach().clone())  # the control: untied,
     assert shard_units(model) == [model.embedding, model.blocks[0], model.blocks[1], model.head]  # each its own
+
+
+def test_the_blocks_inside_a_module_dict_are_units_of_their_own_as_inside_a_module_list() -> None:
+    """A container without a forward of its own (where a transformer may keep its layers by name) is
+    looked through: sharded whole, all its layers would be gathered at once, which sharding avoids."""
+    from repro_core.engine.distributed import shard_units
+    from torch import nn
+
+    class Named(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleDict({"first": nn.Linear(4, 4), "second": nn.Linear(4, 4)})
+            self.stack = nn.ModuleList([nn.Linear(4, 4)])
+
+    model = Named()
+    assert shard_units(model) == [model.layers["first"], model.layers["second"], model.stack[0]]

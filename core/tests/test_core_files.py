@@ -35,7 +35,7 @@ from repro_core.engine.run_folder import (
     unlock_folder,
     write_result,
 )
-from repro_core.engine.runs import RunError, read_json, read_run
+from repro_core.engine.runs import Run, RunError, first_divergence, read_json, read_run
 from repro_core.utils.repro import state_dict_sha256
 
 
@@ -273,6 +273,25 @@ def test_a_row_that_is_not_a_metrics_row_is_refused_naming_its_line(row: str, tm
     (tmp_path / "metrics.csv").write_text(f"{rows}{row}\n", encoding="utf-8")
     with pytest.raises(RunError, match="is corrupt \\(line 3 is not a metrics row\\)"):
         read_run(tmp_path)
+
+
+def run_of(*rows: tuple[int, str, str, str]) -> Run:
+    """A run read back whose metrics.csv holds `rows`: (step, split, loss, accuracy), as written."""
+    metrics = [{"epoch": "0", "step": str(step), "split": split, "lr": "0.1" if split == "train" else "",
+                "loss": loss, "accuracy": accuracy} for step, split, loss, accuracy in rows]
+    return Run(path=Path("run"), config={}, environment={}, metrics=metrics, metric_names=("loss", "accuracy"),
+               summary=None)
+
+
+def test_where_two_runs_part_is_the_first_row_and_metric_that_differ_or_the_length_of_their_logs() -> None:
+    """What verify and compare say first: any metric of a row, not the loss alone, and a log cut short."""
+    rows = [(1, "train", "0.5", "0.25"), (2, "train", "0.4", "0.5"), (2, "val", "0.45", "0.75")]
+    assert first_divergence(run_of(*rows), run_of(*rows)) is None  # the control: the same rows
+    assert first_divergence(run_of(*rows), run_of(*rows[:2], (2, "val", "0.45", "0.625"))) == \
+        "step 2 (val), accuracy: 0.75 vs 0.625"
+    assert first_divergence(run_of(*rows), run_of(*rows[:2])) == \
+        "one log has 3 rows, the other 2; the shorter one matches up to its end"
+    assert first_divergence(run_of(*rows), run_of(*rows[:2]), rows=2) is None  # only the first two asked
 
 
 # --- the run folder's lock -----------------------------------------------------------------------------------

@@ -54,6 +54,13 @@ def test_the_hash_seed_and_the_kernel_pins_come_from_the_file_when_the_command_l
     assert startup.setting_from_command_line(["--config", str(pinned)], "cpu_kernels", "native", 42) == "portable"
 
 
+@pytest.mark.parametrize("text, seed", [("seed = 0\n", "0"), ("seed = 4294967295\n", "4294967295")])
+def test_a_seed_at_either_end_of_its_range_in_the_file_seeds_the_hash(text: str, seed: str, tmp_path: Path) -> None:
+    """0 is a seed like any other, not "none given": the default would hash strings with another."""
+    toml = write(tmp_path / "run.toml", text)
+    assert startup.run_environment(["--config", str(toml)], 42)["PYTHONHASHSEED"] == seed
+
+
 def test_a_file_that_cannot_be_read_leaves_the_default_for_train_to_refuse_in_its_own_words(tmp_path: Path) -> None:
     broken = write(tmp_path / "run.toml", "seed = \n")
     assert startup.run_environment(["--config", str(broken)], 42)["PYTHONHASHSEED"] == "42"

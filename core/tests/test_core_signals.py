@@ -3,6 +3,7 @@ generated project's tests/test_stop_signals.py and test_study.py): which request
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -11,14 +12,40 @@ from core_helpers import run_python
 from repro_core.engine.signals import PARENT_DIED, PASSED_ON, StopSignals, signal_name
 
 
+class Exited(Exception):
+    """os._exit, in a test: the process would have ended there, with this status."""
+
+
+def exit_now(status: int) -> None:
+    raise Exited(status)
+
+
 @pytest.mark.skipif(PASSED_ON is None, reason="real-time signals are Linux's")
 @pytest.mark.parametrize("order", [("PASSED_ON", "SIGINT"), ("SIGINT", "PASSED_ON"), ("PASSED_ON", "PASSED_ON")])
-def test_a_stop_passed_on_and_the_runs_own_ctrl_c_are_one_request_named_as_the_run_got_it(order):
+def test_a_stop_passed_on_and_the_runs_own_ctrl_c_are_one_request_named_as_the_run_got_it(order, monkeypatch):
+    monkeypatch.setattr(os, "_exit", exit_now)  # an exit here fails this test, rather than ending pytest
     stop = StopSignals()
     for name in order:
-        stop.request(PASSED_ON if name == "PASSED_ON" else getattr(signal, name), None)  # never exits here
+        stop.request(PASSED_ON if name == "PASSED_ON" else getattr(signal, name), None)
     assert stop.signum == (signal.SIGINT if "SIGINT" in order else PASSED_ON)
     assert stop.user_signals == order.count("SIGINT")
+
+
+@pytest.mark.skipif(PARENT_DIED is None, reason="real-time signals are Linux's")
+def test_a_parent_death_signal_repeated_is_one_stop_request_and_a_second_ctrl_c_exits_at_once(monkeypatch):
+    """The kernel may send PARENT_DIED again (prctl(2): when a subreaper the process was handed to dies
+    too): the same news, so the run still stops after its step, with a checkpoint. The control: a
+    user's second signal means "now"."""
+    monkeypatch.setattr(os, "_exit", exit_now)
+    stop = StopSignals()
+    stop.request(PARENT_DIED, None)
+    stop.request(PARENT_DIED, None)
+    assert (stop.signum, stop.user_signals) == (PARENT_DIED, 0)
+    typed = StopSignals()
+    typed.request(signal.SIGTERM, None)
+    with pytest.raises(Exited) as exited:
+        typed.request(signal.SIGINT, None)
+    assert exited.value.args == (128 + signal.SIGINT,)
 
 
 @pytest.mark.skipif(PASSED_ON is None or PARENT_DIED is None, reason="real-time signals are Linux's")

@@ -26,6 +26,19 @@ def test_a_resume_keeps_the_changes_made_before_its_checkpoint_and_drops_those_a
     assert history_on_resume(changed_after, 2, BEFORE, 2) == []
 
 
+def test_a_second_resume_from_the_checkpoint_of_a_change_makes_that_change_again() -> None:
+    """Resumed from BEFORE with 3, stopped, and resumed from BEFORE again: the change made there is
+    done again, so the record holds this resume's world size there, once, or none if it is the first's."""
+    changed_there = [{"step": 0, "world_size": 2}, {**BEFORE, "world_size": 3}]
+    assert history_on_resume(changed_there, 2, BEFORE, 4) == [{"step": 0, "world_size": 2}, {**BEFORE, "world_size": 4}]
+    assert history_on_resume(changed_there, 2, BEFORE, 2) == []
+
+
+def test_the_first_change_of_a_run_that_never_changed_is_recorded_from_the_world_size_it_started_with() -> None:
+    assert history_on_resume([], 2, AFTER, 3) == [{"step": 0, "world_size": 2}, {**AFTER, "world_size": 3}]
+    assert history_on_resume([], 2, AFTER, 2) == []  # the control: no change, no record
+
+
 def test_the_history_is_told_in_words_with_the_evaluation_named() -> None:
     assert describe([], 1) == "1 process"
     assert describe([{"step": 0, "world_size": 2}, {**AFTER, "world_size": 3}], 3) == \

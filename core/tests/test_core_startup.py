@@ -1,0 +1,54 @@
+"""engine/startup.py, before torch loads: the variables the relaunch sets for the training process
+(the hash seed over the seed's whole range, every kernel pin under portable), the kernel variables
+as the process started with them, and the training process recognised whatever Python's options."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from repro_core.engine import startup
+
+
+@pytest.mark.parametrize("seed", ["0", "4294967295"])
+def test_every_seed_train_accepts_sets_the_hash_seed_the_largest_too(seed: str) -> None:
+    assert startup.run_environment(["--seed", seed], 42)["PYTHONHASHSEED"] == seed
+
+
+def test_a_seed_train_refuses_sets_no_hash_seed_for_train_to_refuse_in_its_own_words() -> None:
+    assert "PYTHONHASHSEED" not in startup.run_environment(["--seed", "4294967296"], 42)
+    assert "PYTHONHASHSEED" not in startup.run_environment(["--seed", "-1"], 42)
+
+
+@pytest.mark.skipif(startup.portable_problem() is not None, reason=f"the pins do not fit this CPU: "
+                    f"{startup.portable_problem()}")
+def test_portable_sets_every_pin_numpys_included() -> None:
+    """NumPy's exp and log take AVX-512 paths of their own: a task's augmentation computes with them."""
+    assert startup.run_environment(["--cpu-kernels", "portable"], 42) == \
+        {"PYTHONHASHSEED": "42", **startup.PORTABLE_CPU_KERNELS}
+    assert startup.run_environment([], 42) == {"PYTHONHASHSEED": "42"}  # native: no pin
+
+
+@pytest.mark.skipif(startup.initial_environment() is None, reason="this system does not say what a process "
+                    "started with (no /proc)")
+def test_the_kernel_variables_are_those_the_process_started_with_not_a_later_change(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The libraries read them as they load: one set in os.environ since is in effect nowhere."""
+    started_with = startup.initial_environment().get("ATEN_CPU_CAPABILITY")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "set-after-the-start")
+    assert startup.cpu_kernel_variables()["ATEN_CPU_CAPABILITY"] == started_with
+
+
+@pytest.mark.parametrize(("argv", "started"), [
+    (["python", "-m", "pkg.train", "--seed", "3"], True),
+    (["python", "-mpkg.train"], True),
+    (["python", "-X", "importtime", "-m", "pkg.train"], True),
+    (["python", "-W", "error", "-u", "-m", "pkg.train"], True),
+    (["python", "-m", "pkg.verify"], False),
+    (["python", "script.py", "-m", "pkg.train"], False),
+    (["python", "-c", "import pkg.train", "-m", "pkg.train"], False),
+], ids=["plain", "joined", "-X and its value", "-W and its value", "another module", "a script", "-c"])
+def test_the_training_process_is_recognised_whatever_pythons_options(argv: list[str], started: bool,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "orig_argv", argv)
+    assert startup.started_as_module("pkg.train") is started
