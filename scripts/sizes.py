@@ -6,7 +6,8 @@
 
 Bakes the template's defaults at each size (scope=research, scope=teaching) into a scratch folder
 and counts, in the project as a user gets it:
-- source files and lines: src/**/*.py;
+- source files and lines: src/**/*.py, and of those lines how many are code, how many explain
+  (docstrings and comment lines) and how many are blank;
 - test lines: tests/**/*.py;
 - README words: README.md (and, apart, the words of docs/*.md);
 - the package's modules on the call stack when the first optimizer.step() runs, in a run of
@@ -19,11 +20,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import io
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +57,30 @@ def lines(paths: list[Path]) -> int:
     return sum(len(path.read_text(encoding="utf-8").splitlines()) for path in paths)
 
 
+def line_kinds(paths: list[Path]) -> dict[str, int]:
+    """The lines of `paths` by kind: docstrings (of modules, classes and functions) and lines that
+    hold only a comment explain; blank lines outside docstrings are blank; the rest is code."""
+    kinds = {"code": 0, "explaining": 0, "blank": 0}
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        explaining = set()
+        for node in ast.walk(ast.parse(text)):
+            body = getattr(node, "body", None)
+            if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                    and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                explaining.update(range(body[0].lineno, body[0].end_lineno + 1))
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.COMMENT and lines[token.start[0] - 1].lstrip().startswith("#"):
+                explaining.add(token.start[0])
+        blank = {number for number, line in enumerate(lines, 1) if not line.strip()} - explaining
+        kinds["explaining"] += len(explaining)
+        kinds["blank"] += len(blank)
+        kinds["code"] += len(lines) - len(explaining) - len(blank)
+    return kinds
+
+
 def own_imports(train_py: Path, package: str) -> tuple[int, int]:
     """(import statements, names imported) of the package's own modules in train.py."""
     statements = names = 0
@@ -75,7 +102,7 @@ def count(project: Path) -> dict:
         raise SystemExit(f"error: the run in {project} failed:\n{run.stderr[-2000:]}")
     on_the_stack = run.stdout.strip().splitlines()[-1].split()
     statements, names = own_imports(project / "src" / package / "train.py", package)
-    return {"source_files": len(sources), "source_lines": lines(sources),
+    return {"source_files": len(sources), "source_lines": lines(sources), "source_line_kinds": line_kinds(sources),
             "test_lines": lines(sorted((project / "tests").rglob("*.py"))),
             "readme_words": len((project / "README.md").read_text(encoding="utf-8").split()),
             "docs_words": sum(len(page.read_text(encoding="utf-8").split()) for page in docs),
@@ -86,6 +113,8 @@ def count(project: Path) -> dict:
 
 def table(figures: dict[str, dict]) -> str:
     rows = [("source files / lines", lambda f: f"{f['source_files']} / {f['source_lines']:,}"),
+            ("of those lines: code / docstrings and comments / blank", lambda f: " / ".join(
+                f"{f['source_line_kinds'][kind]:,}" for kind in ("code", "explaining", "blank"))),
             ("`train.py` lines", lambda f: f"{f['train_py_lines']}"),
             ("test lines", lambda f: f"{f['test_lines']:,}"),
             ("README words (and `docs/`)", lambda f: f"{f['readme_words']:,}" + (
