@@ -40,8 +40,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,14 +226,14 @@ def killed_by(project: Path, brk: Break, tier: list[str]) -> str | None:
     the tier's markers (so a test the tier leaves out is left out): if it fails, the tier fails, at
     the cost of those tests. Otherwise the whole tier, stopping at its first failure."""
     path, original = apply(project, brk)
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-rfE", *tier]
+    command = ["-q", "-x", "-p", "no:cacheprovider", "-rfE", *tier]
     first = [brk.caught_by] if brk.caught_by else nearby_tests(project, brk)
     try:
         if first:
-            own = subprocess.run([*command, *first], cwd=project, capture_output=True, text=True, timeout=3600)
+            own = run_pytest(project, [*command, *first], timeout=3600)
             if own.returncode == 1:  # 1: tests failed (5 would be: the tier does not hold the test)
                 return first_failure(own.stdout)
-        result = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=3600)
+        result = run_pytest(project, command, timeout=3600)
     finally:
         path.write_text(original, encoding="utf-8")
     return first_failure(result.stdout) if result.returncode != 0 else None
@@ -304,8 +305,7 @@ def kill_ratio(kind: str, output: Path, only: list[str], jobs: int, resume: bool
             projects.put(bake(Path(scratch) / str(copy), SCOPE_OF.get(kind, "research")))
         project = projects.get()
         for tier in (tiers if survivors else ["plain"]):
-            unbroken = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                                       *TIERS[tier]], cwd=project, capture_output=True, text=True, timeout=3600)
+            unbroken = run_pytest(project, ["-q", "-x", "-p", "no:cacheprovider", *TIERS[tier]], timeout=3600)
             if unbroken.returncode != 0:
                 print(f"error: the unbroken project fails its {tier} tier:\n{unbroken.stdout[-3000:]}",
                       file=sys.stderr)
@@ -355,6 +355,80 @@ def try_each(todo: list[Break], places: list[Path], attempt: Callable[[Break, Pa
         return list(pool.map(one, todo))
 
 
+# A break's test is mostly the start of a Python process: importing pytest, NumPy and torch (and
+# torch._dynamo, which the first optimizer imports) costs about 2 s of CPU, and ending it, half a
+# second more; the test itself often takes a tenth of that. So the tests of each folder run in
+# children forked from one process, its fork server, that started as `python -m pytest` would there
+# (in the same folder, with the same environment, so the same sys.path) and imported those once. It
+# imports nothing of the folder's own code: each child imports that afresh, broken or not, and the
+# processes a test starts are as fresh as ever. A child runs in a process group of its own, so that
+# a timeout kills what it started too; the server ends it when its parent (this process) is gone.
+FORK_SERVER = r"""
+import atexit, json, os, signal, sys, time
+import numpy, pytest, torch, torch._dynamo  # paid here once for every child
+parent = os.getppid()
+for line in sys.stdin:
+    job = json.loads(line)
+    child = os.fork()
+    if child == 0:  # as `python -m pytest ARGS` would be on entering pytest
+        os.setpgid(0, 0)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        sys.stdin = open(os.devnull)
+        for fd, name in ((1, "out"), (2, "err")):
+            os.dup2(os.open(job[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *job["args"]]
+        code = pytest.main(job["args"])
+        atexit._run_exitfuncs()  # what the end of a process runs (loader workers stopped, say), then no teardown
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(code))
+    deadline = time.monotonic() + job["timeout"]
+    while (status := os.waitpid(child, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline or os.getppid() != parent:
+            os.killpg(child, signal.SIGKILL)
+        time.sleep(0.02)
+    print(json.dumps(os.waitstatus_to_exitcode(status[1])), flush=True)
+os._exit(0)  # no more jobs: the end, without tearing torch down
+"""
+_servers: dict[tuple, tuple[subprocess.Popen, threading.Lock]] = {}
+_servers_lock = threading.Lock()
+
+
+def run_pytest(folder: Path, args: list[str], env: Mapping[str, str] | None = None,
+               timeout: float = 900) -> subprocess.CompletedProcess:
+    """`python -m pytest ARGS` in `folder`, with `env` (by default this process's environment), run
+    as a child of the fork server (FORK_SERVER) of that folder and environment, started at the
+    first call: its exit status (-9 after `timeout` seconds), stdout and stderr. This pytest's own
+    variables (PYTEST_CURRENT_TEST names each test) are left out, as a shell's pytest has none."""
+    env = {name: value for name, value in (os.environ if env is None else env).items()
+           if not name.startswith("PYTEST_")}
+    key = (str(folder), tuple(sorted(env.items())))
+    with _servers_lock:
+        if key not in _servers or _servers[key][0].poll() is not None:
+            server = subprocess.Popen([sys.executable, "-c", FORK_SERVER], cwd=folder, env=env, text=True,
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            _servers[key] = server, threading.Lock()
+        server, lock = _servers[key]
+    with lock, tempfile.TemporaryDirectory() as scratch:  # one child of a server at a time
+        out, err = Path(scratch) / "out", Path(scratch) / "err"
+        server.stdin.write(json.dumps({"args": args, "out": str(out), "err": str(err), "timeout": timeout}) + "\n")
+        server.stdin.flush()
+        reply = server.stdout.readline()
+        if not reply:
+            raise RuntimeError(f"the fork server of {folder} ended (exit status {server.wait()})")
+        return subprocess.CompletedProcess(["python", "-m", "pytest", *args], json.loads(reply),
+                                           out.read_text(errors="replace"), err.read_text(errors="replace"))
+
+
+def stop_fork_servers() -> None:
+    """Ends every fork server that run_pytest started (each holds torch in memory)."""
+    with _servers_lock:
+        for server, _ in _servers.values():
+            server.stdin.close()
+            server.wait()
+        _servers.clear()
+
+
 def core_catches(jobs: int, kind: str = "mutations") -> int:
     """Each break of breaks/mutations.toml in a file the core holds, applied to a copy of core/ (imported
     first): the first test of core/tests/ that fails (`-x`), or "survives". A caught break may name that
@@ -375,11 +449,9 @@ def core_catches(jobs: int, kind: str = "mutations") -> int:
 
         def attempt(brk: Break, copy: Path) -> str | None:
             path, original = apply(copy, brk)
-            env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
             try:
-                result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                                         "-rfE", "tests"], cwd=copy, env={**env, "PYTHONPATH": str(copy / "src")},
-                                        capture_output=True, text=True, timeout=3600)
+                result = run_pytest(copy, ["-q", "-x", "-p", "no:cacheprovider", "-rfE", "tests"],
+                                    {**os.environ, "PYTHONPATH": str(copy / "src")}, timeout=3600)
             finally:
                 path.write_text(original, encoding="utf-8")
             return first_failure(result.stdout) if result.returncode == 1 else None

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,13 @@ def copy_of_core(folder: Path) -> Path:
     return copy
 
 
+@pytest.fixture(scope="module", autouse=True)
+def fork_servers_stopped_at_the_end() -> Iterator[None]:
+    """Each fork server (breaks.run_pytest) holds torch in memory: none outlives this module."""
+    yield
+    breaks.stop_fork_servers()
+
+
 @pytest.fixture(scope="module")
 def core_copy(tmp_path_factory) -> Path:
     return copy_of_core(tmp_path_factory.mktemp("core"))
@@ -68,8 +76,7 @@ def what_went_wrong(brk, copy: Path) -> str | None:
             compile(path.read_text(encoding="utf-8"), str(path), "exec")
         except SyntaxError as error:
             return f"the break {brk.name} leaves {path.name} uncompilable: {error}"
-        result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", brk.caught_by],
-                                cwd=copy, env=environment_of(copy), capture_output=True, text=True, timeout=900)
+        result = breaks.run_pytest(copy, ["-q", "-x", "-p", "no:cacheprovider", brk.caught_by], environment_of(copy))
         imported = subprocess.run([sys.executable, "-c", "import repro_core; print(repro_core.__file__)"],
                                   env=environment_of(copy), capture_output=True, text=True).stdout
     finally:
@@ -100,6 +107,5 @@ def test_the_copy_unbroken_passes_every_test_the_breaks_name(core_copy):
     """The control: without a break, the named tests pass on the copy."""
     env = environment_of(core_copy)
     wanted = sorted({brk.caught_by for brk in CORE_BREAKS})
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *wanted], cwd=core_copy,
-                            env=env, capture_output=True, text=True, timeout=900)
+    result = breaks.run_pytest(core_copy, ["-q", "-p", "no:cacheprovider", *wanted], env)
     assert result.returncode == 0, result.stdout[-3000:]

@@ -20,8 +20,8 @@ import json
 import os
 import re
 import subprocess
-import sys
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Iterator
 from pathlib import Path
 
 try:  # Python 3.11+
@@ -45,7 +45,7 @@ SLUG = "{{ cookiecutter.project_slug }}"
 # Options whose values show up in the generated files: a patch must apply whatever they are.
 OTHER_OPTIONS = {"project_name": "Other Name", "dataset": "digits", "determinism": "off", "seed": "0",
                  "license": "none", "python_version": "3.11", "init_git": False, "exercises": True, "language": "zh"}
-PYTEST = (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider")
+PYTEST = ("-q", "-p", "no:cacheprovider")  # `python -m pytest` with these, run by breaks.run_pytest
 # Each README exists once per language; a project gets the one of its language as README.md.
 EN, ZH = (f"{{% if cookiecutter.language == '{language}' %}}README.md{{% endif %}}" for language in ("en", "zh"))
 
@@ -110,7 +110,15 @@ def unchanged(path: Path) -> bool:
 
 
 def run_tests(path: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*PYTEST, *args], cwd=path, capture_output=True, text=True, timeout=1800)
+    """`python -m pytest -q ARGS` in the project `path`, forked from its fork server (breaks.run_pytest)."""
+    return breaks.run_pytest(path, [*PYTEST, *args], timeout=1800)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fork_servers_stopped_at_the_end() -> Iterator[None]:
+    """Each fork server holds torch in memory: none outlives the module that started it."""
+    yield
+    breaks.stop_fork_servers()
 
 
 def outcomes(junit_xml: Path) -> dict[str, set[str]]:

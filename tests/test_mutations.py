@@ -14,7 +14,12 @@ import sys
 
 import pytest
 from conftest import ROOT, load
-from test_exercises import make_committed_repository, run_tests, unchanged
+from test_exercises import (
+    fork_servers_stopped_at_the_end,  # noqa: F401  (run_tests's servers, stopped here too)
+    make_committed_repository,
+    run_tests,
+    unchanged,
+)
 
 breaks = load("breaks", ROOT / "scripts" / "breaks.py")
 MUTATIONS = breaks.load("mutations")
