@@ -8,7 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +33,17 @@ from local_extensions import load_module as load  # noqa: E402
 
 pre_gen = load("pre_gen_project", ROOT / "hooks" / "pre_gen_project.py")
 post_gen = load("post_gen_project", ROOT / "hooks" / "post_gen_project.py")
+# scripts/breaks.py, loaded once: the mutation suites, the exercises and test_fork_server.py share
+# its fork servers (run_pytest), which the fixture below stops.
+breaks = load("breaks", ROOT / "scripts" / "breaks.py")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fork_servers_stopped_at_the_end() -> Iterator[None]:
+    """Each fork server (breaks.run_pytest) holds torch in memory: none outlives the module that
+    started it."""
+    yield
+    breaks.stop_fork_servers()
 
 
 def clean_git_env(home: Path, **extra: str) -> dict[str, str]:

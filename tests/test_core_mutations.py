@@ -11,13 +11,11 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, load
+from conftest import ROOT, breaks
 
-breaks = load("breaks", ROOT / "scripts" / "breaks.py")
 # breaks/core.toml's, and the mutation suite's breaks of the core's files that a core test catches
 # (breaks/mutations.toml's core_caught_by), each with that test.
 OWN = breaks.load("core")
@@ -47,13 +45,6 @@ def copy_of_core(folder: Path) -> Path:
     copy = folder / "repro_core"
     shutil.copytree(ROOT / "core", copy, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
     return copy
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fork_servers_stopped_at_the_end() -> Iterator[None]:
-    """Each fork server (breaks.run_pytest) holds torch in memory: none outlives this module."""
-    yield
-    breaks.stop_fork_servers()
 
 
 @pytest.fixture(scope="module")

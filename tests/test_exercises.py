@@ -21,7 +21,6 @@ import os
 import re
 import subprocess
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Iterator
 from pathlib import Path
 
 try:  # Python 3.11+
@@ -30,11 +29,9 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 import pytest
-from conftest import COOKIECUTTER_JSON, ROOT, TEMPLATE_DIR, load, post_gen
+from conftest import COOKIECUTTER_JSON, ROOT, TEMPLATE_DIR, breaks, load, post_gen
 from test_bake import COMBINATIONS
 from test_bake import SUITES as BAKE_SUITES
-
-breaks = load("breaks", ROOT / "scripts" / "breaks.py")
 
 EXERCISES_DIR = TEMPLATE_DIR / "exercises"
 EXERCISES = sorted(path.name for path in EXERCISES_DIR.iterdir() if path.is_dir())
@@ -112,13 +109,6 @@ def unchanged(path: Path) -> bool:
 def run_tests(path: Path, *args: str) -> subprocess.CompletedProcess:
     """`python -m pytest -q ARGS` in the project `path`, forked from its fork server (breaks.run_pytest)."""
     return breaks.run_pytest(path, [*PYTEST, *args], timeout=1800)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fork_servers_stopped_at_the_end() -> Iterator[None]:
-    """Each fork server holds torch in memory: none outlives the module that started it."""
-    yield
-    breaks.stop_fork_servers()
 
 
 def outcomes(junit_xml: Path) -> dict[str, set[str]]:

@@ -13,15 +13,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, load
+from conftest import ROOT, breaks
 from test_exercises import (
-    fork_servers_stopped_at_the_end,  # noqa: F401  (run_tests's servers, stopped here too)
     make_committed_repository,
     run_tests,
     unchanged,
 )
 
-breaks = load("breaks", ROOT / "scripts" / "breaks.py")
 MUTATIONS = breaks.load("mutations")
 # The breaks run here, against a bake: those of code only a bake holds, and those of the core's
 # files that no core test catches (the others run against the core: tests/test_core_mutations.py).
