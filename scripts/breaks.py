@@ -356,8 +356,9 @@ def try_each(todo: list[Break], places: list[Path], attempt: Callable[[Break, Pa
 
 
 # A break's test is mostly the start of a Python process: importing pytest, NumPy and torch (and
-# torch._dynamo, which the first optimizer imports) costs about 2 s of CPU, and ending it, half a
-# second more; the test itself often takes a tenth of that. So the tests of each folder run in
+# torch._dynamo, which torch.use_deterministic_algorithms and an optimizer's step import) cost 2.6 to
+# 3.0 s of CPU on 2026-12-06, and ending the process about a second more (the README's command); the
+# test itself often takes less. So the tests of each folder run in
 # children forked from one process, its fork server, that started as `python -m pytest` would there
 # (in the same folder, with the same environment, so the same sys.path) and imported those once. It
 # imports nothing of the folder's own code: each child imports that afresh, broken or not, and the
@@ -374,6 +375,7 @@ for line in sys.stdin:
         os.setpgid(0, 0)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         sys.stdin = open(os.devnull)
+        numpy.random.seed()  # as a fresh process's, drawn anew (Python reseeds `random` at a fork itself)
         for fd, name in ((1, "out"), (2, "err")):
             os.dup2(os.open(job[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
         sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *job["args"]]

@@ -53,9 +53,9 @@ def core_copy(tmp_path_factory) -> Path:
 
 
 def environment_of(copy: Path) -> dict[str, str]:
-    """The environment that imports the copy first, in the test's children too, without this pytest's own."""
-    return {key: value for key, value in {**os.environ, "PYTHONPATH": str(copy / "src")}.items()
-            if not key.startswith("PYTEST_")}
+    """The environment that imports the copy first, in the test's children too (run_pytest leaves
+    this pytest's own PYTEST_ variables out)."""
+    return {**os.environ, "PYTHONPATH": str(copy / "src")}
 
 
 def what_went_wrong(brk, copy: Path) -> str | None:

@@ -61,6 +61,19 @@ def test_a_run_has_the_folder_the_environment_and_the_import_path_it_was_given(t
     assert "colour rust" in other.stdout and servers_of(tmp_path) == 2
 
 
+@pytest.mark.slow  # a server's start: the quick loop leaves it to the full suite
+def test_each_run_draws_its_global_random_states_anew_as_a_fresh_process_does(tmp_path):
+    """Python's `random` and NumPy's global generator are seeded from the OS in a fresh process;
+    two children of one server must not start from their parent's state (a test that forgot to
+    seed would pass in each break's run by luck the same way)."""
+    write(tmp_path, **{"test_draw.py": "import random\nimport numpy\n\ndef test_draw():\n"
+                       "    print('draws', random.getrandbits(62), numpy.random.randint(2**62))\n"})
+    draws = [next(line for line in breaks.run_pytest(tmp_path, [*PYTEST, "-s"]).stdout.splitlines()
+                  if line.startswith("draws ")).split()[1:] for _ in range(2)]
+    assert servers_of(tmp_path) == 1
+    assert draws[0][0] != draws[1][0] and draws[0][1] != draws[1][1], draws
+
+
 @pytest.mark.slow
 def test_the_exit_status_is_pytests_and_stderr_is_kept_apart(tmp_path):
     write(tmp_path, **{"test_nothing.py": "import sys\nprint('to stderr', file=sys.stderr)\n"})

@@ -14,11 +14,7 @@ import sys
 
 import pytest
 from conftest import ROOT, breaks
-from test_exercises import (
-    make_committed_repository,
-    run_tests,
-    unchanged,
-)
+from test_exercises import make_committed_repository, run_tests, unchanged
 
 MUTATIONS = breaks.load("mutations")
 # The breaks run here, against a bake: those of code only a bake holds, and those of the core's
