@@ -12,6 +12,7 @@
     python scripts/breaks.py kill-ratio --set independent-teaching-3 --tiers plain # its third
     python scripts/breaks.py kill-ratio --set independent-teaching-4 --tiers plain # its fourth
     python scripts/breaks.py kill-ratio --set independent-teaching-5 --tiers plain # its fifth
+    python scripts/breaks.py kill-ratio --set independent-teaching-6 --tiers plain # its sixth
     python scripts/breaks.py kill-ratio --set independent-2 --tiers plain   # the research size's second round
     python scripts/breaks.py kill-ratio --set independent-3 --tiers plain   # its third
     python scripts/breaks.py kill-ratio --set independent-4 --tiers plain   # its fourth
@@ -190,6 +191,7 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
         "independent-teaching-3": "kill-ratio-independent-teaching-3.json",
         "independent-teaching-4": "kill-ratio-independent-teaching-4.json",
         "independent-teaching-5": "kill-ratio-independent-teaching-5.json",
+        "independent-teaching-6": "kill-ratio-independent-teaching-6.json",
         "independent-2": "kill-ratio-independent-2.json", "independent-3": "kill-ratio-independent-3.json",
         "independent-4": "kill-ratio-independent-4.json",
         "independent-core": "kill-ratio-independent-core.json",
@@ -199,7 +201,7 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
 # itself and are tried by core-catches against core/tests/ alone.
 SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teaching",
             "independent-teaching-3": "teaching", "independent-teaching-4": "teaching",
-            "independent-teaching-5": "teaching"}
+            "independent-teaching-5": "teaching", "independent-teaching-6": "teaching"}
 # core-catches' rounds: breaks of core/ itself.
 CORE_SETS = ("independent-core", "independent-core-2", "independent-core-3")
 
@@ -483,7 +485,7 @@ def main() -> int:
     parser.add_argument("--set", default="mutations", choices=list(SETS), help="kill-ratio: which breaks: "
                         "the mutation suite, or an independent round written from the docs alone (of the "
                         "research size, independent-2 to -4 its second to fourth rounds; independent-teaching "
-                        "and its second to fifth rounds, -2 to -5: of the teaching size, whose suite is one "
+                        "and its second to sixth rounds, -2 to -6: of the teaching size, whose suite is one "
                         "tier; core-catches: independent-core, -2 and -3, the core's rounds, against core/tests/)")
     parser.add_argument("--out", type=Path, help="kill-ratio: the record (default: breaks/kill-ratio.json, or "
                         "breaks/kill-ratio-independent.json for --set independent)")

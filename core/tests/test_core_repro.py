@@ -306,7 +306,8 @@ import os
 import sys
 
 os.environ["PYTHONHASHSEED"] = sys.argv[1]  # the popular fix: too late for this interpreter
-from repro_core.utils.repro import hash_seed_in_effect, restart_with_hash_seed
+# hashseed.py, which repro.py re-exports: the same functions without torch's import in both interpreters
+from repro_core.utils.hashseed import hash_seed_in_effect, restart_with_hash_seed
 
 print("start", os.getpid(), hash_seed_in_effect(), flush=True)
 if __name__ == "__main__":

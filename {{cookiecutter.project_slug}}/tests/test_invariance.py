@@ -107,7 +107,7 @@ def test_a_resumed_run_relaunches_with_the_recorded_seed_when_no_seed_is_typed(t
     (tmp_path / "config.json").write_text('{"seed": 7}')
     code = (f"from {PACKAGE}.engine.startup import relaunch_with_run_environment\n"
             f"relaunch_with_run_environment(['--out', {str(tmp_path)!r}, '--resume'], default_seed=42)\n"
-            f"from {PACKAGE}.utils.repro import hash_seed_in_effect\n"
+            f"from {PACKAGE}.utils.hashseed import hash_seed_in_effect\n"  # not via repro.py: no torch to load
             f"print(hash_seed_in_effect())")
     assert set_order(code, "123").strip() == "7"
 

@@ -221,8 +221,10 @@ SET_ORDER = "print(hash_seed_in_effect(), list({'alpha', 'beta', 'gamma', 'delta
 
 
 def run_python(code: str, *hash_seeds: str) -> list[str]:
-    """What `code` prints in a fresh interpreter started from a shell with each hash seed (all at once)."""
-    imports = f"import os\nfrom {PACKAGE}.utils.repro import hash_seed_in_effect, restart_with_hash_seed\n"
+    """What `code` prints in a fresh interpreter started from a shell with each hash seed (all at once).
+    It imports utils/hashseed.py, which repro.py re-exports: the same functions without torch, whose
+    import would cost each interpreter, and each restart, seconds that the hash seed has no part in."""
+    imports = f"import os\nfrom {PACKAGE}.utils.hashseed import hash_seed_in_effect, restart_with_hash_seed\n"
     children = [subprocess.Popen([sys.executable, "-c", imports + code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True, env=python_env(PYTHONHASHSEED=hash_seed)) for hash_seed in hash_seeds]
     printed = []

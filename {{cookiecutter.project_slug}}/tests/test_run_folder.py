@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from {{ cookiecutter.project_slug }}.utils.data import make_loader
 from {{ cookiecutter.project_slug }}.utils.device import select_device
 from {{ cookiecutter.project_slug }}.utils.repro import seed_step, state_dict_sha256
 
-from conftest import FAST, HANG, PACKAGE, Run, finish, python_env, settings, start, train_all, wait_for
+from conftest import FAST, HANG, PACKAGE, Run, finish, python_env, settings, start, wait_for
 
 # Not a multiple of FAST's batch of 16: each epoch ends on a short step, the case a loader that
 # drops it, or a step count rounded down, gets wrong; and fewer than the validation split holds.
@@ -35,9 +36,32 @@ UNEVEN = 120
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Run:
+def started(tmp_path_factory) -> Iterator[dict[str, tuple[subprocess.Popen, Path]]]:
+    """This module's fresh runs, name -> (process, log), all started at once, so that two cores
+    train while pytest waits; each test waits for the one it reads:
+    - run: the run most tests read (--seed 3, UNEVEN samples);
+    - readme: the README's first run, into runs/a of a folder that has no runs/, on --device auto;
+    - restarted: a run launched from a shell with another hash seed, its imports logged on stderr."""
     root = tmp_path_factory.mktemp("run_folder")
-    return train_all(root, {"run": ("--seed", "3", "--max-samples", str(UNEVEN))})["run"]
+    train = ["-m", f"{PACKAGE}.train"]
+    commands = {
+        "run": ([*train, "--out", str(root / "run"), *FAST, "--seed", "3", "--max-samples", str(UNEVEN)], None),
+        "readme": ([*train, "--out", str(root / "fresh" / "runs" / "a"), *FAST, "--device", "auto"], None),
+        "restarted": (["-X", "importtime", *train, "--seed", "5", "--out", str(root / "restarted"), *FAST],
+                      python_env(PYTHONHASHSEED="0")),
+    }
+    processes = {name: (start(args, root / name, env), root / name) for name, (args, env) in commands.items()}
+    yield processes
+    for process, _ in processes.values():  # one whose test was not selected: stopped, with its workers
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@pytest.fixture(scope="module")
+def run(started) -> Run:
+    finish(*started["run"])
+    return Run(started["run"][1])
 
 
 def test_a_run_folder_holds_its_config_environment_metrics_checkpoint_model_and_summary(run):
@@ -143,14 +167,13 @@ def test_the_edges_of_each_range_are_accepted_as_typed(flag, typed, value):
     assert getattr(parse_flags([flag, typed]), name) == value
 
 
-def test_the_readmes_first_run_makes_its_folder_with_the_folders_above_and_records_the_device_it_used(tmp_path):
+def test_the_readmes_first_run_makes_its_folder_with_the_folders_above_and_records_the_device_it_used(started):
     """`--out runs/a` in a fresh project: runs/ is made too. --device auto is recorded as asked in
     config.json, and environment.json holds the device the run trained on, which explains two
     hashes that differ between a GPU and a CPU."""
-    out = tmp_path / "runs" / "a"
-    finish(start(["-m", f"{PACKAGE}.train", "--out", str(out), *FAST, "--device", "auto"], tmp_path / "log"),
-           tmp_path / "log")
-    made = Run(out)
+    process, log = started["readme"]
+    finish(process, log)
+    made = Run(log.parent / "fresh" / "runs" / "a")
     assert made.config["device"] == "auto"
     assert made.environment["device"] == str(select_device("auto"))
 
@@ -176,19 +199,17 @@ def test_a_run_prints_no_warning(run):
     assert run.path.with_suffix(".err").read_text(encoding="utf-8").strip() == ""
 
 
-def test_the_restart_for_the_hash_seed_comes_before_torch_is_imported(tmp_path):
+def test_the_restart_for_the_hash_seed_comes_before_torch_is_imported(started):
     """A run launched with another PYTHONHASHSEED starts again with its own (__init__.py), before
     torch's import: torch, the slow part of a start, loads once, in the process that trains. -X
     importtime logs every import of both interpreters on stderr (the restart keeps the options)."""
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", f"{PACKAGE}.train", "--seed", "5", "--out", str(tmp_path / "run"),
-         *FAST], capture_output=True, text=True, env=python_env(PYTHONHASHSEED="0"), timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
+    process, log = started["restarted"]
+    finish(process, log)
+    imported = [line.rsplit("|", 1)[-1].strip() for line in log.with_suffix(".err").read_text().splitlines()
                 if line.startswith("import time:")]
     assert imported.count(f"{PACKAGE}.utils.hashseed") == 2, "no restart: the shell's hash seed was left in effect"
     assert imported.count("torch") == 1, "torch was imported before the restart, and once more after it"
-    assert Run(tmp_path / "run").environment["python_hash_seed"] == "5"
+    assert Run(log).environment["python_hash_seed"] == "5"
 
 
 def test_the_restart_takes_the_seed_the_run_trains_with(run):
