@@ -12,4 +12,7 @@ echo "baking the defaults into $scratch..." >&2
 "$PY" -m cookiecutter --no-input "$ROOT" -o "$scratch" init_git=no >/dev/null
 project=$(find "$scratch" -mindepth 1 -maxdepth 1 -type d)
 "$PY" -m ruff check . "$project"
-"$PY" -m pytest -m "not slow" "$@"
+# Most of these tests wait on a process they start (a bake, a pip install, a fresh interpreter), one
+# core each: one pytest-xdist worker per core keeps every core busy. --dist loadfile gives each
+# worker whole files, so that a module's fixtures are made once. `-n 0` turns the workers off.
+"$PY" -m pytest -m "not slow" -n auto --dist loadfile "$@"

@@ -291,7 +291,9 @@ def test_where_two_runs_part_is_the_first_row_and_metric_that_differ_or_the_leng
         "step 2 (val), accuracy: 0.75 vs 0.625"
     assert first_divergence(run_of(*rows), run_of(*rows[:2])) == \
         "one log has 3 rows, the other 2; the shorter one matches up to its end"
-    assert first_divergence(run_of(*rows), run_of(*rows[:2]), rows=2) is None  # only the first two asked
+    for a, b in ((rows, rows[:2]), (rows[:2], rows)):  # only the first two asked: of both runs, either the longer
+        assert first_divergence(run_of(*a), run_of(*b), rows=2) is None
+    assert first_divergence(run_of(*rows), run_of(*rows[:2], (2, "val", "0.45", "0.625")), rows=2) is None
 
 
 # --- the run folder's lock -----------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from repro_core.engine.invariant import (
     shard_step,
     split,
 )
-from repro_core.engine.loader import ShardedEpochSampler
+from repro_core.engine.loader import ShardedEpochSampler, make_sharded_loader
 from torch import nn
 
 SHARDS = 4
@@ -153,11 +153,14 @@ def test_evaluation_batches_cover_every_sample_once_never_mix_shards_and_are_the
 
 
 def test_training_pads_to_a_multiple_of_the_shards_the_same_on_any_world_size():
+    """The run's loader (make_sharded_loader) with the mode on: on 1, 2 and 4 processes, one order,
+    padded to a multiple of the shards, not of the world size."""
     size = 37
     orders = {}
     for world_size in (1, 2, 4):
-        samplers = [ShardedEpochSampler(size, seed=3, shuffle=True, rank=rank, world_size=world_size,
-                                        pad_multiple=SHARDS) for rank in range(world_size)]
+        samplers = [make_sharded_loader(list(range(size)), BATCH, 3, True, rank=rank, world_size=world_size,
+                                        invariant_shards=SHARDS).sampler for rank in range(world_size)]
+        assert all(isinstance(sampler, ShardedEpochSampler) for sampler in samplers)
         assert len({len(sampler) for sampler in samplers}) == 1  # every rank takes as many steps
         orders[world_size] = samplers[0].order()
         assert len(orders[world_size]) % SHARDS == 0

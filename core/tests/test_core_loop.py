@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from repro_core.engine.loop import NonFiniteStep, StepRows, accumulation_windows, finite_step, read_back
+from repro_core.engine.loop import NonFiniteStep, StepRows, accumulation_windows, add_sums, finite_step, read_back
 from repro_core.engine.run_folder import MetricsLog
 from torch import nn
 
@@ -165,3 +165,15 @@ def test_figures_are_read_back_as_the_exact_floats_the_task_computed() -> None:
     rows = read_back(figures, ("loss", "accuracy", "samples"), CPU)
     assert rows == [[0.1, third, big], [float(torch.tensor(0.1, dtype=torch.float32)), big, 3.0]]
     assert all(type(value) is float for row in rows for value in row)
+
+
+def test_a_steps_sums_add_up_micro_batch_by_micro_batch_and_hold_no_autograd_graph() -> None:
+    """What a step keeps for its metrics row (StepRows holds it for --log-every steps) is numbers:
+    the micro-batches' sums added name by name, none holding the graph of the activations that made
+    it, which would keep them in memory; the task's own sums keep theirs, which backward needs."""
+    weight = torch.tensor(2.0, requires_grad=True)
+    first, second = {"loss": weight * 3, "count": 2}, {"loss": weight * 5, "count": 1}
+    total = add_sums(add_sums(None, first), second)
+    assert total == {"loss": 16.0, "count": 3}
+    assert not total["loss"].requires_grad and total["loss"].grad_fn is None
+    assert first["loss"].grad_fn is not None and second["loss"].grad_fn is not None

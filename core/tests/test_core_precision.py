@@ -1,12 +1,14 @@
 """engine/precision.py: each precision computes in its own dtype, and only fp16 scales its loss. bf16
 has float32's exponent range, so its gradients do not underflow: a GradScaler would only multiply its
-losses and skip steps it need not."""
+losses and skip steps it need not. A model compiled by compile_model draws dropout's masks from
+eager's generator."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from repro_core.engine.precision import autocast, make_scaler
+from core_helpers import run_python
+from repro_core.engine.precision import autocast, compile_problem, make_scaler
 
 CPU = torch.device("cpu")
 
@@ -26,3 +28,29 @@ def test_each_precision_computes_a_matrix_product_in_its_own_dtype(precision: st
     and a run recorded as one must not compute in the other."""
     with autocast(precision, CPU):
         assert torch.nn.Linear(3, 2)(torch.ones(1, 3)).dtype == dtype
+
+
+# A fresh interpreter: compile_model sets inductor's configuration and cache folder for the process.
+COMPILED_DROPOUT = """
+import torch
+import torch._inductor.config as inductor
+from torch import nn
+from repro_core.engine.precision import compile_model
+
+def masks(model):  # dropout's output on ones, the seed set just before, as a step keyed by seed_step is
+    torch.manual_seed(0)
+    return model(torch.ones(4, 8))
+
+eager = masks(nn.Dropout(0.5))
+print(torch.equal(masks(compile_model(nn.Dropout(0.5))), eager))
+inductor.fallback_random = False  # the control: inductor's own generator (Philox), torch.compile's default
+print(torch.equal(masks(torch.compile(nn.Sequential(nn.Dropout(0.5)))), eager))
+"""
+
+
+@pytest.mark.skipif(compile_problem(CPU) is not None, reason=f"{compile_problem(CPU)}")
+def test_a_compiled_model_draws_the_dropout_masks_of_the_eager_one_from_one_seed() -> None:
+    """--compile keeps a run's randomness that of the eager run: the masks are drawn from torch's
+    generator, which seed_step keys by (seed, step), not from inductor's own, seeded once; the
+    control, a model compiled with inductor's own generator, draws other masks."""
+    assert run_python(COMPILED_DROPOUT).stdout.split() == ["True", "False"]

@@ -173,7 +173,7 @@ def test_the_readmes_first_run_makes_its_folder_with_the_folders_above_and_recor
     hashes that differ between a GPU and a CPU."""
     process, log = started["readme"]
     finish(process, log)
-    made = Run(log.parent / "fresh" / "runs" / "a")
+    made = Run(Path(process.args[process.args.index("--out") + 1]))  # the folder its command line named
     assert made.config["device"] == "auto"
     assert made.environment["device"] == str(select_device("auto"))
 
