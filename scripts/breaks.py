@@ -13,6 +13,7 @@
     python scripts/breaks.py kill-ratio --set independent-teaching-4 --tiers plain # its fourth
     python scripts/breaks.py kill-ratio --set independent-teaching-5 --tiers plain # its fifth
     python scripts/breaks.py kill-ratio --set independent-teaching-6 --tiers plain # its sixth
+    python scripts/breaks.py kill-ratio --set independent-teaching-7 --tiers plain # its seventh
     python scripts/breaks.py kill-ratio --set independent-2 --tiers plain   # the research size's second round
     python scripts/breaks.py kill-ratio --set independent-3 --tiers plain   # its third
     python scripts/breaks.py kill-ratio --set independent-4 --tiers plain   # its fourth
@@ -22,11 +23,11 @@
     python scripts/breaks.py core-catches --set independent-core-3 # its third, one break in each of 16 modules
     python scripts/breaks.py core-catches --set independent-core-4 # its fourth, the same way
 
-A break replaces one piece of text inside one function (or method, `Class.method`) of one file of
-the package: the text must be there exactly once, so that a change to the code that moves or
-rewrites it makes this script fail, naming the break to update, instead of a patch that silently no
-longer applies. tests/test_exercises.py (the exercises) and tests/test_mutations.py (the mutation
-suite) use the same functions.
+A break replaces one piece of text inside one function (or method, `Class.method`; `<module>` for a
+statement outside any) of one file of the package: the text must be there exactly once, so that a
+change to the code that moves or rewrites it makes this script fail, naming the break to update,
+instead of a patch that silently no longer applies. tests/test_exercises.py (the exercises) and
+tests/test_mutations.py (the mutation suite) use the same functions.
 """
 
 from __future__ import annotations
@@ -104,8 +105,11 @@ def sizes_of(name: str, breaks: list[Break]) -> list[str]:
 
 
 def function_span(source: str, function: str) -> tuple[int, int]:
-    """(first, last) line numbers, 1-based, of `function` ("name" or "Class.method") in `source`."""
+    """(first, last) line numbers, 1-based, of `function` ("name" or "Class.method") in `source`;
+    "<module>": the whole file, for a statement at its top level (an `if` of a package's __init__)."""
     scope: list = ast.parse(source).body
+    if function == "<module>":
+        return 1, len(source.splitlines())
     node = None
     for part in function.split("."):
         node = next((n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
@@ -193,6 +197,7 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
         "independent-teaching-4": "kill-ratio-independent-teaching-4.json",
         "independent-teaching-5": "kill-ratio-independent-teaching-5.json",
         "independent-teaching-6": "kill-ratio-independent-teaching-6.json",
+        "independent-teaching-7": "kill-ratio-independent-teaching-7.json",
         "independent-2": "kill-ratio-independent-2.json", "independent-3": "kill-ratio-independent-3.json",
         "independent-4": "kill-ratio-independent-4.json",
         "independent-core": "kill-ratio-independent-core.json",
@@ -203,7 +208,8 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
 # itself and are tried by core-catches against core/tests/ alone.
 SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teaching",
             "independent-teaching-3": "teaching", "independent-teaching-4": "teaching",
-            "independent-teaching-5": "teaching", "independent-teaching-6": "teaching"}
+            "independent-teaching-5": "teaching", "independent-teaching-6": "teaching",
+            "independent-teaching-7": "teaching"}
 # core-catches' rounds: breaks of core/ itself.
 CORE_SETS = ("independent-core", "independent-core-2", "independent-core-3", "independent-core-4")
 
@@ -487,7 +493,7 @@ def main() -> int:
     parser.add_argument("--set", default="mutations", choices=list(SETS), help="kill-ratio: which breaks: "
                         "the mutation suite, or an independent round written from the docs alone (of the "
                         "research size, independent-2 to -4 its second to fourth rounds; independent-teaching "
-                        "and its second to sixth rounds, -2 to -6: of the teaching size, whose suite is one "
+                        "and its second to seventh rounds, -2 to -7: of the teaching size, whose suite is one "
                         "tier; core-catches: independent-core and its second to fourth rounds, -2 to -4: the "
                         "core's, against core/tests/)")
     parser.add_argument("--out", type=Path, help="kill-ratio: the record (default: breaks/kill-ratio.json, or "

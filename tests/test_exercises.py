@@ -155,6 +155,22 @@ def projects(cookies_session) -> dict[str, Path]:
     return baked
 
 
+def test_a_break_changes_its_text_inside_its_function_alone_and_module_means_the_whole_file():
+    """The same line inside and outside a function: a break of the function changes its own; one of
+    `<module>` finds the line twice and refuses (its text must be there once), as it finds the
+    top-level `if` once; a function that is not there is a LookupError, not a silent no-op."""
+    source = "LIMIT = 1\n\ndef bound():\n    LIMIT = 1\n    return LIMIT\n\nif LIMIT:\n    pass\n"
+
+    def change(function: str, replace: str, with_: str) -> str:
+        return breaks.broken(source, breaks.Break("b", "x.py", function, replace, with_, ""))
+
+    assert change("bound", "    LIMIT = 1\n", "    LIMIT = 2\n") == source.replace("    LIMIT = 1", "    LIMIT = 2")
+    assert change("<module>", "if LIMIT:\n", "if not LIMIT:\n") == source.replace("if LIMIT:", "if not LIMIT:")
+    for function, replace in (("<module>", "LIMIT = 1\n"), ("bound", "if LIMIT:\n"), ("elsewhere", "pass\n")):
+        with pytest.raises(LookupError):
+            change(function, replace, "")
+
+
 def test_there_are_exercises_and_each_has_two_readmes_one_caught_by_line_and_a_patch():
     assert len(EXERCISES) >= 12
     for exercise in EXERCISES:
@@ -449,6 +465,7 @@ def test_the_mutation_tool_leaves_out_the_tests_that_start_a_process_and_keeps_t
                                                ("independent-teaching-4", "The teaching size's fourth round"),
                                                ("independent-teaching-5", "The teaching size's fifth round"),
                                                ("independent-teaching-6", "The teaching size's sixth round"),
+                                               ("independent-teaching-7", "The teaching size's seventh round"),
                                                ("independent-2", "The research size's second round"),
                                                ("independent-3", "The research size's third round"),
                                                ("independent-4", "The research size's fourth round")])

@@ -41,13 +41,16 @@ def started(tmp_path_factory) -> Iterator[dict[str, tuple[subprocess.Popen, Path
     train while pytest waits; each test waits for the one it reads:
     - run: the run most tests read (--seed 3, UNEVEN samples);
     - readme: the README's first run, into runs/a of a folder that has no runs/, on --device auto;
-    - restarted: a run launched from a shell with another hash seed, its imports logged on stderr."""
+    - restarted: a run launched from a shell with another hash seed, its imports logged on stderr,
+      as `python -mPACKAGE.train`: the joined spelling, which some launchers write (the others
+      are launched as `python -m PACKAGE.train`)."""
     root = tmp_path_factory.mktemp("run_folder")
     train = ["-m", f"{PACKAGE}.train"]
     commands = {
         "run": ([*train, "--out", str(root / "run"), *FAST, "--seed", "3", "--max-samples", str(UNEVEN)], None),
         "readme": ([*train, "--out", str(root / "fresh" / "runs" / "a"), *FAST, "--device", "auto"], None),
-        "restarted": (["-X", "importtime", *train, "--seed", "5", "--out", str(root / "restarted"), *FAST],
+        "restarted": (["-X", "importtime", f"-m{PACKAGE}.train", "--seed", "5", "--out", str(root / "restarted"),
+                       *FAST],
                       python_env(PYTHONHASHSEED="0")),
     }
     processes = {name: (start(args, root / name, env), root / name) for name, (args, env) in commands.items()}
@@ -119,6 +122,7 @@ BAD = {
     "zero epochs": ("--epochs", "0"),
     "learning rate not a number": ("--lr", "fast"),
     "learning rate below 0": ("--lr", "-1"),
+    "learning rate of 0 (no step would change a weight)": ("--lr", "0"),
     "learning rate NaN": ("--lr", "nan"),
     "learning rate infinite": ("--lr", "inf"),
     "learning rate beyond float32 (the weights' type)": ("--lr", "1e39"),
@@ -132,6 +136,7 @@ BAD = {
     "unknown determinism mode": ("--deterministic", "sometimes"),
     "resume without a checkpoint": ("--resume",),
     "empty out (an unset shell variable)": ("--out", ""),
+    "out of blanks (a variable that holds a space)": ("--out", " "),
     "threads beyond any machine": ("--threads", "10000"),
     "batch size beyond 2**63 - 1": ("--batch-size", "100000000000000000000"),
 }
@@ -140,14 +145,15 @@ BAD = {
 @pytest.mark.parametrize("flags", BAD.values(), ids=BAD.keys())
 def test_a_mistake_gets_one_line_and_exit_2_and_writes_nothing(flags, tmp_path, monkeypatch, capsys):
     """Through command_line(), what `python -m ...train` runs: the lines it has for Ctrl-C and a
-    failing disk take no refusal for one of theirs."""
+    failing disk take no refusal for one of theirs. Run in an empty folder, which stays empty."""
+    monkeypatch.chdir(tmp_path)  # where a relative --out, taken by mistake, would write
     monkeypatch.setattr(sys, "argv", ["train", "--out", str(tmp_path / "never"), *FAST, *flags])
     with pytest.raises(SystemExit) as exit_info:
         train.command_line()
     assert exit_info.value.code == 2
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and error.startswith(f"python -m {PACKAGE}.train: error: "), error
-    assert not (tmp_path / "never").exists()
+    assert not list(tmp_path.iterdir())
 
 
 # The edges of each range, which a refusal above must not take: 0 is a dropout and a momentum (plain
@@ -202,7 +208,8 @@ def test_a_run_prints_no_warning(run):
 def test_the_restart_for_the_hash_seed_comes_before_torch_is_imported(started):
     """A run launched with another PYTHONHASHSEED starts again with its own (__init__.py), before
     torch's import: torch, the slow part of a start, loads once, in the process that trains. -X
-    importtime logs every import of both interpreters on stderr (the restart keeps the options)."""
+    importtime logs every import of both interpreters on stderr (the restart keeps the options).
+    Launched as `python -mPACKAGE.train`, the spelling that the other runs do not use."""
     process, log = started["restarted"]
     finish(process, log)
     imported = [line.rsplit("|", 1)[-1].strip() for line in log.with_suffix(".err").read_text().splitlines()
@@ -224,6 +231,29 @@ def test_the_restart_takes_the_seed_the_run_trains_with(run):
         assert seed_from_command_line(argv) is None, argv  # train.py refuses it, in its own words
     resumed = ["--out", str(run.path), "--resume"]
     assert seed_from_command_line(resumed) == settings_of(resumed).seed == 3
+
+
+def test_resume_trains_with_the_worker_count_typed_not_the_recorded_one(run):
+    """--num-workers alone may differ on --resume, since it changes no result (test_workers.py):
+    a run started with 8 workers is resumed on a 2-core laptop with the count typed there."""
+    typed = 1 if run.config["num_workers"] != 1 else 2
+    assert settings_of(["--out", str(run.path), "--resume", "--num-workers", str(typed)]).num_workers == typed
+
+
+def test_a_run_that_started_in_the_folder_meanwhile_is_refused_after_the_lock_and_left_as_it_was(
+        run, tmp_path, capsys):
+    """The settings refuse a folder that holds a run, but another run may start there between that
+    check and the lock: open_run_folder looks again once it holds the lock, and refuses without
+    writing or removing anything (the other run's metrics.csv is what its --resume needs)."""
+    out = tmp_path / "raced"
+    config = settings_of(["--out", str(out), *FAST])  # the folder is free when the flags are read
+    shutil.copytree(run.path, out)  # then a run is there, as another process would have started it
+    before = {path: path.read_bytes() for path in out.iterdir()}
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(SystemExit) as exit_info:
+        train.open_run_folder(config, model, torch.optim.SGD(model.parameters(), lr=0.1), torch.device("cpu"))
+    assert exit_info.value.code == 2 and "already holds a run" in capsys.readouterr().err
+    assert {path: path.read_bytes() for path in out.iterdir()} == before
 
 
 # Each setting a run records, typed on --resume with another value than the run's (the first of two
