@@ -388,6 +388,28 @@ def test_an_update_that_breaks_the_model_is_never_checkpointed_and_the_run_stops
     assert (broken / "metrics.csv").read_bytes() == (tmp_path / "never_broken" / "metrics.csv").read_bytes()
 
 
+def test_a_run_ctrl_c_ended_inside_a_notebook_leaves_its_folder_to_the_kernels_next_run(tmp_path, monkeypatch):
+    """A notebook runs main() in its kernel, which outlives each run: a cell interrupted in the third
+    step (KeyboardInterrupt inside main()) never reaches the close of the folder's lock. The kernel's
+    next run into that folder, its --resume, trains (from the start: no epoch had finished), and
+    is not refused as if a run were training there."""
+    out, write_row, rows = tmp_path / "interrupted", train.write_row, []
+
+    def interrupted_at_step_3(*args):
+        rows.append(args)
+        if len(rows) == 3:
+            raise KeyboardInterrupt
+        return write_row(*args)
+
+    monkeypatch.setattr(train, "write_row", interrupted_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        main(["--out", str(out), *FAST])
+    monkeypatch.setattr(train, "write_row", write_row)
+    assert main(["--out", str(out), "--resume"]) == 0
+    assert main(["--out", str(tmp_path / "never_interrupted"), *FAST]) == 0
+    assert Run(out).weights == Run(tmp_path / "never_interrupted").weights
+
+
 def test_each_step_draws_from_its_own_key_counted_over_the_whole_run(tmp_path, monkeypatch):
     """What the process did: at each training step's forward pass, torch's generator (dropout's) is
     where seed_step(seed, step) puts it, the step counted from 1 over the whole run, not within its
