@@ -599,6 +599,8 @@ def test_a_folder_a_run_is_training_in_is_refused_to_a_second_run_and_to_resume_
             main(["--out", str(out), "--resume"])  # the live run has no checkpoint yet: it would start over
         error = capsys.readouterr().err.strip()
         assert exit_info.value.code == 2 and len(error.splitlines()) == 1 and "in use" in error
+        if Path("/proc/locks").exists():  # Linux names the process that holds the lock; macOS says "a run"
+            assert f"process {live.pid} is training there now" in error, error
         with pytest.raises(SystemExit):  # a second new run that got past settings() before config.json was written
             train.lock_run_folder(out)
         signal.alarm(0)
