@@ -200,6 +200,40 @@ def test_a_dataset_that_says_nothing_of_its_draws_gets_all_three_generators_seed
     assert torch.equal(loader_epoch(undeclared, 0), loader_epoch(undeclared, 2))
 
 
+class DrawsNothing(DrawsUndeclared):
+    """The task's first samples as they are, saying that it draws from none."""
+
+    draws_from = ()
+
+    def __getitem__(self, index: int):
+        return self.samples[index]
+
+
+class AugmentedByAWrapper(torch.utils.data.Dataset):
+    """A wrapper that keeps the dataset it wraps as `.dataset`, as Subset does, and adds an
+    augmentation of its own, drawn from NumPy, saying so (`draws_from`)."""
+
+    draws_from = ("numpy",)
+
+    def __init__(self, dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        inputs, target = self.dataset[index]
+        return torch.as_tensor(inputs) + float(np.random.rand()), target
+
+
+def test_a_wrapper_that_says_what_it_draws_is_seeded_for_it_over_a_dataset_that_draws_nothing():
+    """The loader looks through wrappers that say nothing (Subset, --max-samples) for what a dataset
+    draws, and stops at the first that says: this wrapper's NumPy draws are seeded before each
+    sample, though the dataset it wraps draws nothing, so the worker count changes none of them."""
+    augmented = AugmentedByAWrapper(DrawsNothing(train_set()))
+    assert torch.equal(loader_epoch(augmented, 0), loader_epoch(augmented, 2))
+
+
 @pytest.mark.parametrize("names", [("NumPy",), ("numpy ",), ("Torch", "random"), ("jax",)])
 def test_a_draws_from_naming_a_generator_in_another_spelling_is_refused_when_the_loader_is_made(names):
     """Only 'random', 'numpy' and 'torch', spelled so: another spelling would match no generator, and

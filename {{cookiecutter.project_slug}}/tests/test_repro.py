@@ -111,6 +111,15 @@ def test_warn_is_strict_with_warnings_instead_of_errors():
     assert flags["cudnn_deterministic"] and not flags["cudnn_benchmark"]
 
 
+@pytest.mark.parametrize(("before", "mode"), [("warn", "strict"), ("strict", "warn")])
+def test_a_mode_after_another_in_one_process_is_that_mode(before, mode):
+    """A notebook's kernel, or a script calling main() twice, configures one process for run after
+    run: strict after warn must raise again, and warn after strict only warn."""
+    configure_determinism(before)
+    configure_determinism(mode)
+    assert determinism_flags()["deterministic_warn_only"] is (mode == "warn")
+
+
 def test_off_leaves_pytorchs_defaults():
     configure_determinism("strict")
     configure_determinism("off")

@@ -335,6 +335,50 @@ def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_start_with_i
     assert (stopped / "metrics.csv").read_bytes() == (run.path / "metrics.csv").read_bytes()
 
 
+def test_a_run_killed_after_its_last_checkpoint_resumes_to_the_model_and_summary_it_would_have_written(run,
+                                                                                                    tmp_path):
+    """What a kill between the last epoch's checkpoint and the final files leaves: every epoch done,
+    no model.pt, no summary.json. --resume trains nothing and writes them, its final figures those of
+    a fresh evaluation of the restored model: the uninterrupted run's, figure for figure."""
+    killed = copy_of(run, tmp_path / "killed").path
+    for name in ("model.pt", "summary.json"):
+        (killed / name).unlink()
+    assert main(["--out", str(killed), "--resume"]) == 0
+    resumed = Run(killed)
+    assert resumed.weights == run.weights and resumed.metrics == run.metrics
+    assert {name: value for name, value in resumed.summary.items() if name != "train_seconds"} == {
+        name: value for name, value in run.summary.items() if name != "train_seconds"}
+
+
+def test_an_out_made_beforehand_that_holds_no_run_is_trained_into_and_its_files_kept(tmp_path):
+    """Only a folder holding a run (its config.json) is refused: one made beforehand (mkdir, a
+    notebook's tempfile.mkdtemp()), empty or holding a file of the user's, is a new run's folder."""
+    empty, notes = tmp_path / "empty", tmp_path / "notes"
+    empty.mkdir()
+    notes.mkdir()
+    (notes / "notes.txt").write_text("mine\n")
+    assert main(["--out", str(empty), *SMALL]) == 0 and main(["--out", str(notes), *SMALL]) == 0
+    assert Run(empty).weights == Run(notes).weights
+    assert (notes / "notes.txt").read_text() == "mine\n"
+
+
+def test_a_lock_number_that_names_another_file_by_now_is_left_open(tmp_path):
+    """LOCKS keeps the descriptor that locked each folder, to close one that an interrupted main()
+    left open. A run that ended closed its own, and the process may reuse that number for a file of
+    its own (a notebook's): the next lock of that folder leaves that file open."""
+    number = train.lock_run_folder(tmp_path / "run")
+    os.close(number)  # the run ended: main() closed its lock
+    mine = os.open(tmp_path / "mine.txt", os.O_WRONLY | os.O_CREAT)
+    if mine != number:  # the number the lock had, now the process's own file
+        os.dup2(mine, number)
+        os.close(mine)
+    try:
+        os.close(train.lock_run_folder(tmp_path / "run"))
+        assert os.write(number, b"still open") == 10, "the lock closed a file that was not its own"
+    finally:
+        os.close(number)
+
+
 def test_a_loss_that_is_no_longer_finite_stops_the_run_in_one_line_with_its_row_on_record(tmp_path, monkeypatch,
                                                                                          capsys):
     calls = []
