@@ -23,6 +23,7 @@
     python scripts/breaks.py core-catches --set independent-core-2 # its second, of core/src/repro_core/engine/
     python scripts/breaks.py core-catches --set independent-core-3 # its third, one break in each of 16 modules
     python scripts/breaks.py core-catches --set independent-core-4 # its fourth, the same way
+    python scripts/breaks.py core-catches --set independent-core-5 # its fifth
 
 A break replaces one piece of text inside one function (or method, `Class.method`; `<module>` for a
 statement outside any) of one file of the package: the text must be there exactly once, so that a
@@ -205,7 +206,8 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
         "independent-core": "kill-ratio-independent-core.json",
         "independent-core-2": "kill-ratio-independent-core-2.json",
         "independent-core-3": "kill-ratio-independent-core-3.json",
-        "independent-core-4": "kill-ratio-independent-core-4.json"}
+        "independent-core-4": "kill-ratio-independent-core-4.json",
+        "independent-core-5": "kill-ratio-independent-core-5.json"}
 # The size a set breaks; the others break the research size, but CORE_SETS', which break core/
 # itself and are tried by core-catches against core/tests/ alone.
 SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teaching",
@@ -213,7 +215,8 @@ SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teach
             "independent-teaching-5": "teaching", "independent-teaching-6": "teaching",
             "independent-teaching-7": "teaching", "independent-teaching-8": "teaching"}
 # core-catches' rounds: breaks of core/ itself.
-CORE_SETS = ("independent-core", "independent-core-2", "independent-core-3", "independent-core-4")
+CORE_SETS = ("independent-core", "independent-core-2", "independent-core-3", "independent-core-4",
+             "independent-core-5")
 
 
 def nearby_tests(project: Path, brk: Break) -> list[str]:
@@ -496,7 +499,7 @@ def main() -> int:
                         "the mutation suite, or an independent round written from the docs alone (of the "
                         "research size, independent-2 to -4 its second to fourth rounds; independent-teaching "
                         "and its second to eighth rounds, -2 to -8: of the teaching size, whose suite is one "
-                        "tier; core-catches: independent-core and its second to fourth rounds, -2 to -4: the "
+                        "tier; core-catches: independent-core and its second to fifth rounds, -2 to -5: the "
                         "core's, against core/tests/)")
     parser.add_argument("--out", type=Path, help="kill-ratio: the record (default: breaks/kill-ratio.json, or "
                         "breaks/kill-ratio-independent.json for --set independent)")

@@ -276,3 +276,18 @@ def test_a_file_that_holds_no_models_weights_is_refused_in_one_line(content: obj
     torch.save({"weight": torch.ones(2)}, path)  # the negative control: a state_dict reads
     weights, step = read_model_weights(path)
     assert step is None and list(weights) == ["weight"] and torch.equal(weights["weight"], torch.ones(2))
+
+
+def test_a_checkpoint_folder_killed_while_it_was_deleted_is_out_of_sight_of_a_resume(tmp_path, monkeypatch) -> None:
+    """remove_folder renames first, then deletes: a kill in between (here the deletion does nothing)
+    leaves a hidden folder that no resume lists, not a half-deleted step-N that it would try."""
+    from repro_core.engine import checkpoint
+    from repro_core.engine.checkpoint import checkpoint_paths, remove_folder, sharded_checkpoint_path
+
+    step = sharded_checkpoint_path(tmp_path, 4)
+    step.mkdir()
+    (step / "state.pt").write_bytes(b"half")
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", lambda path, ignore_errors=False: None)  # killed here
+    remove_folder(step)
+    assert checkpoint_paths(tmp_path, sharded=True) == []
+    assert [path.name.startswith(".") for path in tmp_path.iterdir()] == [True]

@@ -493,3 +493,17 @@ def test_the_blocks_inside_a_module_dict_are_units_of_their_own_as_inside_a_modu
 
     model = Named()
     assert shard_units(model) == [model.layers["first"], model.layers["second"], model.stack[0]]
+
+
+def test_the_rank_is_torchruns_global_rank_and_the_local_rank_its_place_on_the_machine(monkeypatch) -> None:
+    """On several machines, RANK (of every process) and LOCAL_RANK (on this machine) differ: the
+    second machine's first process is rank 2 of 4, not a second rank 0 that would write rank 0's files."""
+    from repro_core.engine.distributed import context
+
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert context() == (2, 0, 4)
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name)
+    assert context() == (0, 0, 1)  # a plain `python -m`

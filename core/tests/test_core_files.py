@@ -294,6 +294,10 @@ def test_where_two_runs_part_is_the_first_row_and_metric_that_differ_or_the_leng
     for a, b in ((rows, rows[:2]), (rows[:2], rows)):  # only the first two asked: of both runs, either the longer
         assert first_divergence(run_of(*a), run_of(*b), rows=2) is None
     assert first_divergence(run_of(*rows), run_of(*rows[:2], (2, "val", "0.45", "0.625")), rows=2) is None
+    # Figures compare as written, every bit: -0.0 is not 0.0, and a nan where the other run has a nan is the same.
+    assert first_divergence(run_of((1, "train", "0.0", "nan")), run_of((1, "train", "-0.0", "nan"))) == \
+        "step 1 (train), loss: 0.0 vs -0.0"
+    assert first_divergence(run_of((1, "train", "nan", "0.5")), run_of((1, "train", "nan", "0.5"))) is None
 
 
 # --- the run folder's lock -----------------------------------------------------------------------------------

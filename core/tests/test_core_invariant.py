@@ -172,6 +172,8 @@ def test_what_the_mode_cannot_make_invariant_is_named_in_one_line():
     synced = nn.Sequential(nn.Linear(2, 2), nn.SyncBatchNorm(2))
     line = model_problem(synced)
     assert "SyncBatchNorm" in line and "\n" not in line
+    nested = model_problem(nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.ReLU(), nn.SyncBatchNorm(2))))
+    assert nested is not None and "model's 1.1 is a SyncBatchNorm" in nested  # inside a block too, named by its path
     mixed = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2).double())
     assert "dtypes" in model_problem(mixed)
 

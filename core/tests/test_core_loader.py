@@ -120,6 +120,26 @@ def test_workers_start_ignoring_sigint_and_the_main_process_gets_its_handler_bac
         signal.signal(signal.SIGINT, previous)
 
 
+def test_workers_that_fail_to_start_still_give_the_main_process_its_handler_back(monkeypatch) -> None:
+    """Starting the workers can fail (too many open files, no memory for a process): the error is
+    raised, and Ctrl-C is this process's own again, not left ignored for the rest of its life."""
+
+    def handler(signum: int, frame: object) -> None:
+        pass
+
+    def fails_to_start(loader):
+        raise OSError("[Errno 24] Too many open files")
+
+    previous = signal.signal(signal.SIGINT, handler)
+    monkeypatch.setattr(DataLoader, "_get_iterator", fails_to_start)
+    try:
+        with pytest.raises(OSError, match="Too many open files"):
+            iter(CtrlCSafeLoader(SigintDisposition(), batch_size=1, num_workers=1))
+        assert signal.getsignal(signal.SIGINT) is handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_ignore_sigint_in_worker_ignores_sigint_and_make_sharded_loader_installs_it() -> None:
     previous = signal.getsignal(signal.SIGINT)
     try:

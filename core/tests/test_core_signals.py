@@ -73,6 +73,27 @@ def test_the_handlers_found_on_entry_are_put_back_on_exit() -> None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or PARENT_DIED is None, reason="prctl is Linux's")
+def test_a_parent_that_dies_while_the_child_makes_its_request_is_caught(monkeypatch) -> None:
+    """The kernel sends nothing for a parent that died before the request: the parent read before
+    the request, and read again after, tells. Here the parent dies during it (a stand-in libc,
+    whose prctl re-parents this process to init), and the child sends itself PARENT_DIED."""
+    from repro_core.engine import signals
+
+    parents, sent = [4321], []
+
+    class Libc:
+        def prctl(self, *args: int) -> int:
+            parents[0] = 1  # the parent died: init adopted this process
+            return 0
+
+    monkeypatch.setattr(signals.ctypes, "CDLL", lambda *args, **kwargs: Libc())
+    monkeypatch.setattr(signals.os, "getppid", lambda: parents[0])
+    monkeypatch.setattr(signals.os, "kill", lambda pid, signum: sent.append((pid, signum)))
+    signals.die_with_parent()
+    assert sent == [(os.getpid(), PARENT_DIED)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or PARENT_DIED is None, reason="prctl is Linux's")
 def test_a_child_asks_for_parent_died_not_sigterm_when_its_parent_dies() -> None:
     """SIGTERM would come once per thread of the dying parent, and a second SIGTERM means "exit now,
     without a checkpoint": the request must be PARENT_DIED. Read back from the kernel (PR_GET_PDEATHSIG)."""
