@@ -469,7 +469,8 @@ def test_the_mutation_tool_leaves_out_the_tests_that_start_a_process_and_keeps_t
                                                ("independent-teaching-8", "The teaching size's eighth round"),
                                                ("independent-2", "The research size's second round"),
                                                ("independent-3", "The research size's third round"),
-                                               ("independent-4", "The research size's fourth round")])
+                                               ("independent-4", "The research size's fourth round"),
+                                               ("independent-5", "The research size's fifth round")])
 def test_the_readme_quotes_the_plain_rounds_record_as_it_is(kind: str, heading: str):
     """breaks/kill-ratio-<kind>.json (`python scripts/breaks.py kill-ratio --set <kind> --tiers
     plain`) holds results only for breaks of breaks/<kind>.toml, in its order, each tried against

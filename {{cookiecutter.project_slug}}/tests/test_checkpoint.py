@@ -12,7 +12,7 @@ from {{ cookiecutter.project_slug }}.engine.checkpoint import load_latest_checkp
 from {{ cookiecutter.project_slug }}.engine.files import atomic_write, atomic_write_text
 from {{ cookiecutter.project_slug }}.train import main
 
-from conftest import FAST, read_run
+from conftest import FAST, read_run, steps_per_epoch
 
 
 class DiskFull(OSError):
@@ -61,6 +61,24 @@ def test_checkpoints_are_ordered_by_step_past_9_99_and_999_and_only_the_newest_t
         "step-00000100.pt", "step-00000999.pt", "step-00001000.pt"][-KEEP_LAST:]
     state, path = load_latest_checkpoint(tmp_path)
     assert state == {"format_version": FORMAT_VERSION, "step": 1000} and path.name == "step-00001000.pt"
+
+
+def test_checkpoint_every_counts_the_runs_steps_across_epochs_and_each_epoch_ends_with_one(tmp_path, monkeypatch):
+    """--checkpoint-every N: a checkpoint at every N-th step of the run, counted from its first step
+    (not from each epoch's), and one at the end of each epoch. N is one more than an epoch's steps,
+    so that the run's multiples of N fall inside epochs, where a count restarted at each epoch never
+    reaches N; the steps are computed here, from the flags alone."""
+    from {{ cookiecutter.project_slug }} import train
+
+    per, epochs = steps_per_epoch(), 3
+    every, saved = per + 1, []
+    save_state = train.save_state
+    monkeypatch.setattr(train, "save_state", lambda plan, state, *rest: saved.append(state.step) or save_state(
+        plan, state, *rest))
+    flags = [*FAST, "--epochs", str(epochs), "--checkpoint-every", str(every)]
+    assert main(["--out", str(tmp_path / "run"), *flags]) == 0
+    assert saved == [step for step in range(1, per * epochs + 1) if step % every == 0 or step % per == 0]
+    assert per < 2 or any(step % per for step in saved)  # the control: some fall inside an epoch
 
 
 class RunsCodeWhenUnpickled:

@@ -19,7 +19,7 @@ from {{ cookiecutter.project_slug }}.engine.fingerprint import OPERATIONS, compa
 from {{ cookiecutter.project_slug }}.engine.startup import cpu_info, portable_problem
 from {{ cookiecutter.project_slug }}.verify import main as verify_main
 
-from conftest import PACKAGE, python_env, train_many
+from conftest import FAST, PACKAGE, python_env, train_many
 
 
 def doctor(*args: str) -> subprocess.CompletedProcess:
@@ -108,6 +108,27 @@ def test_a_portable_run_records_its_fingerprint_and_verify_where_the_machine_dif
     # The negative control: on the machine that made it nothing differs, and nothing is computed.
     assert verify_main([str(run.path), "--steps", "2"]) == 0
     assert not [line for line in capsys.readouterr().out.splitlines() if "fixed inputs" in line]
+
+
+def test_the_first_step_digest_is_of_the_weights_after_the_runs_own_first_step(tmp_path):
+    """task/first_step digests the step a run of these settings takes first, with its seed, order
+    and batch: the oracle is the run itself, whose first checkpoint holds the weights after that
+    step; another seed's digest differs (the control)."""
+    from dataclasses import replace
+
+    import torch
+
+    from {{ cookiecutter.project_slug }}.config import Config
+    from {{ cookiecutter.project_slug }}.operations import first_step_fingerprint
+    from {{ cookiecutter.project_slug }}.train import main
+    from {{ cookiecutter.project_slug }}.utils.repro import state_dict_sha256
+
+    assert main(["--out", str(tmp_path / "run"), *FAST, "--stop-after-steps", "1"]) == 0
+    checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "step-00000001.pt", weights_only=True)
+    config = Config.from_dict(json.loads((tmp_path / "run" / "config.json").read_text()))[0]
+    digest = first_step_fingerprint(config)
+    assert digest == {"task/first_step": state_dict_sha256(checkpoint["model"])[:16]}
+    assert first_step_fingerprint(replace(config, seed=config.seed + 1)) != digest
 
 
 @pytest.mark.parametrize("record", [[], {"modes": {}}, {"format": 2, "modes": {}}, {"format": 1, "modes": []}],

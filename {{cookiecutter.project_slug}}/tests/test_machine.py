@@ -279,6 +279,23 @@ def test_doctor_refuses_requirements_without_a_run_folder(capsys):
     assert exit_info.value.code == 2 and "needs a run folder" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("where", ["under a file", "in a folder that does not exist"])
+def test_doctor_refuses_a_requirements_file_it_cannot_write_before_any_trial_and_makes_no_folder(where, runs, tmp_path,
+                                                                                                 capsys):
+    """Checked as doctor starts, not after its trial runs: one line and exit 2, and no folder made
+    on the way (a typo in the path is the user's to fix, not a folder to create)."""
+    parent = tmp_path / "summary.json" if where == "under a file" else tmp_path / "no-such-folder"
+    if where == "under a file":
+        parent.write_text("{}")
+    with pytest.raises(SystemExit) as exit_info:
+        doctor.main([str(runs["seed7"].path), "--quick", "--requirements", str(parent / "requirements-run.txt")])
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert exit_info.value.code == 2 and "cannot write a file there" in line, captured.err
+    assert captured.out == "" and sorted(path.name for path in tmp_path.iterdir()) == (
+        ["summary.json"] if where == "under a file" else [])
+
+
 # The shells of the cross-capability runs: each one variable that sends one library down another
 # path on this machine (the negative control), then all of them at once.
 SHELLS = {"none": {}, "aten_avx2": {"ATEN_CPU_CAPABILITY": "avx2"}, "aten_default": {"ATEN_CPU_CAPABILITY": "default"},

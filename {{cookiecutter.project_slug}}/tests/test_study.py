@@ -263,6 +263,18 @@ def test_a_study_with_a_config_file_records_the_files_settings_and_gives_each_se
     assert ended.value.code == 2
 
 
+@pytest.mark.parametrize("jobs", ["0", "-1"])
+def test_jobs_below_one_is_refused_in_one_line_before_anything_runs(jobs, tmp_path, capsys, monkeypatch):
+    """--jobs 0 would start no seed and wait for one for ever (here, let through, it fails at once)."""
+    monkeypatch.setattr(study, "run_seeds", lambda *args: pytest.fail(f"--jobs {jobs} was let through to run_seeds"))
+    with pytest.raises(SystemExit) as exit_info:
+        study.main(["--seeds", "0", *FLAGS, "--jobs", jobs, "--out", str(tmp_path / "s")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--jobs must be at least 1, not {jobs}" in err[0]
+    assert not (tmp_path / "s").exists()
+
+
 @pytest.mark.parametrize("out", ["/proc/study", "/sys/study"])
 def test_a_study_folder_that_cannot_be_written_gets_one_line_and_exit_2(out, capsys):
     with pytest.raises(SystemExit) as exit_info:

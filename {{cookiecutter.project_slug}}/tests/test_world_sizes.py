@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -47,6 +48,23 @@ def test_the_shards_gradients_are_added_in_shard_order():
 def test_settings_the_mode_cannot_keep_invariant_are_one_sentence(changes, says):
     problem = Config(**changes).problem()
     assert problem is not None and says in problem and "\n" not in problem
+
+
+def test_verify_takes_a_run_of_the_mode_to_each_world_size_that_divides_its_shards_and_no_other():
+    """`verify RUN --world-size N` before anything is re-run: a run of --invariant-shards 4 made on 4
+    processes goes to 1, 2 or 4, and 3 or 8 get one line; a plain DDP run only to its own size. (The
+    re-runs themselves are in the distributed tier, above.)"""
+    from {{ cookiecutter.project_slug }}.engine.runs import Run
+    from {{ cookiecutter.project_slug }}.verify import world_size_problem
+
+    def run_of(**changes) -> Run:
+        return Run(Path("run"), Config(**changes).to_dict(), {}, [], (), None)
+
+    sharded, plain = run_of(invariant_shards=4, world_size=4), run_of(world_size=2)
+    assert [size for size in range(1, 9) if world_size_problem(sharded, size) is None] == [1, 2, 4]
+    assert [size for size in range(1, 9) if world_size_problem(plain, size) is None] == [2]
+    problem = world_size_problem(sharded, 3)
+    assert "--world-size 3 does not divide the run's --invariant-shards 4" in problem and "\n" not in problem
 
 
 # The task's model, held beside a SyncBatchNorm that its forward pass does not use (a Sequential's
