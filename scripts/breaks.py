@@ -15,6 +15,7 @@
     python scripts/breaks.py kill-ratio --set independent-teaching-6 --tiers plain # its sixth
     python scripts/breaks.py kill-ratio --set independent-teaching-7 --tiers plain # its seventh
     python scripts/breaks.py kill-ratio --set independent-teaching-8 --tiers plain # its eighth
+    python scripts/breaks.py kill-ratio --set independent-teaching-9 --tiers plain # its ninth
     python scripts/breaks.py kill-ratio --set independent-2 --tiers plain   # the research size's second round
     python scripts/breaks.py kill-ratio --set independent-3 --tiers plain   # its third
     python scripts/breaks.py kill-ratio --set independent-4 --tiers plain   # its fourth
@@ -202,6 +203,7 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
         "independent-teaching-6": "kill-ratio-independent-teaching-6.json",
         "independent-teaching-7": "kill-ratio-independent-teaching-7.json",
         "independent-teaching-8": "kill-ratio-independent-teaching-8.json",
+        "independent-teaching-9": "kill-ratio-independent-teaching-9.json",
         "independent-2": "kill-ratio-independent-2.json", "independent-3": "kill-ratio-independent-3.json",
         "independent-4": "kill-ratio-independent-4.json", "independent-5": "kill-ratio-independent-5.json",
         "independent-core": "kill-ratio-independent-core.json",
@@ -214,7 +216,8 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
 SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teaching",
             "independent-teaching-3": "teaching", "independent-teaching-4": "teaching",
             "independent-teaching-5": "teaching", "independent-teaching-6": "teaching",
-            "independent-teaching-7": "teaching", "independent-teaching-8": "teaching"}
+            "independent-teaching-7": "teaching", "independent-teaching-8": "teaching",
+            "independent-teaching-9": "teaching"}
 # core-catches' rounds: breaks of core/ itself.
 CORE_SETS = ("independent-core", "independent-core-2", "independent-core-3", "independent-core-4",
              "independent-core-5")
@@ -499,7 +502,7 @@ def main() -> int:
     parser.add_argument("--set", default="mutations", choices=list(SETS), help="kill-ratio: which breaks: "
                         "the mutation suite, or an independent round written from the docs alone (of the "
                         "research size, independent-2 to -5 its second to fifth rounds; independent-teaching "
-                        "and its second to eighth rounds, -2 to -8: of the teaching size, whose suite is one "
+                        "and its second to ninth rounds, -2 to -9: of the teaching size, whose suite is one "
                         "tier; core-catches: independent-core and its second to fifth rounds, -2 to -5: the "
                         "core's, against core/tests/)")
     parser.add_argument("--out", type=Path, help="kill-ratio: the record (default: breaks/kill-ratio.json, or "
