@@ -467,6 +467,7 @@ def test_the_mutation_tool_leaves_out_the_tests_that_start_a_process_and_keeps_t
                                                ("independent-teaching-6", "The teaching size's sixth round"),
                                                ("independent-teaching-7", "The teaching size's seventh round"),
                                                ("independent-teaching-8", "The teaching size's eighth round"),
+                                               ("independent-teaching-9", "The teaching size's ninth round"),
                                                ("independent-2", "The research size's second round"),
                                                ("independent-3", "The research size's third round"),
                                                ("independent-4", "The research size's fourth round"),

@@ -53,7 +53,7 @@ def test_comma_separated_gpus_are_refused_and_point_to_torchrun(two_gpus):
         select_device("cuda:1,2")
 
 
-@pytest.mark.parametrize("spec", ["cuda", "cuda:0", "mps"])
+@pytest.mark.parametrize("spec", ["cuda", "cuda:0", "cuda:10", "mps"])  # cuda:10: an index of two digits is one
 def test_an_accelerator_that_is_missing_is_refused_with_the_list(no_accelerator, spec):
     with pytest.raises(ValueError, match="not available here; available: cpu$"):
         select_device(spec)
@@ -71,6 +71,16 @@ def test_restricting_gpus_sets_the_variable_before_cuda_starts(monkeypatch, indi
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     restrict_visible_gpus(indices)  # GPU 0 included: the first GPU is as valid a choice as any
     assert os.environ["CUDA_VISIBLE_DEVICES"] == variable
+
+
+@pytest.mark.parametrize("indices", [[-1], [0, -2], [True], ["1"], [1.0]])
+def test_restricting_gpus_to_what_is_no_gpu_index_is_refused_and_leaves_the_variable(monkeypatch, indices):
+    """CUDA reads a negative index as "no GPU from here on": a typo would hide every GPU, silently."""
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(ValueError, match="non-negative integers"):
+        restrict_visible_gpus(indices)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
 
 
 def test_restricting_gpus_after_cuda_started_is_refused_not_ignored(monkeypatch):

@@ -12,7 +12,7 @@ import torch
 
 from {{ cookiecutter.project_slug }} import task
 from {{ cookiecutter.project_slug }}.train import first
-from {{ cookiecutter.project_slug }}.utils.data import KeyedRandomness, make_loader
+from {{ cookiecutter.project_slug }}.utils.data import KeyedRandomness, SampleError, make_loader
 
 from conftest import settings
 
@@ -84,6 +84,33 @@ def test_a_validation_loader_yields_every_sample_once_in_the_datasets_order_ever
     for epoch in (0, 1):
         loader.sampler.set_epoch(epoch)
         assert torch.equal(flat(list(loader)), flat([val_set[index] for index in range(len(val_set))])), epoch
+
+
+class FailsOnSample:
+    """Eight samples; fetching sample 5 raises, as a corrupt file of a user's data would."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == 5:
+            raise ValueError("cannot read it")
+        return torch.tensor(float(index))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])  # a worker's failure reaches the training process with its words
+def test_a_sample_that_fails_is_named_with_its_epoch_counted_from_one_as_the_run_prints_epochs(num_workers):
+    """The message a run stops with names the sample and the epoch in the words the run's own lines
+    use (epoch 1 is the first), and a validation sample as such (it has no epoch). From a worker,
+    the error's text holds the worker's traceback, which ends with that line."""
+    loader = make_loader(FailsOnSample(), batch_size=4, seed=SEED, train=True, num_workers=num_workers)
+    for epoch in (0, 1):
+        loader.sampler.set_epoch(epoch)
+        with pytest.raises(SampleError, match=rf"(?m)(^| )sample 5 \(epoch {epoch + 1}\): ValueError: cannot read it$"):
+            list(loader)
+    validation = make_loader(FailsOnSample(), batch_size=4, seed=SEED, train=False, num_workers=num_workers)
+    with pytest.raises(SampleError, match=r"(?m)(^| )validation sample 5: ValueError: cannot read it$"):
+        list(validation)
 
 
 def test_making_a_loader_and_its_iterator_draws_nothing_from_the_global_generators():

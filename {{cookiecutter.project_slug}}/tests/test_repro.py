@@ -104,11 +104,14 @@ def test_determinism_modes_pin_float32_to_full_precision_no_tf32(mode):
     assert float32_precision() == PYTORCH_DEFAULT_FLOAT32
 
 
-def test_warn_is_strict_with_warnings_instead_of_errors():
+def test_warn_is_strict_with_warnings_instead_of_errors(monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)  # so that warn itself must set it
     configure_determinism("warn")
     flags = determinism_flags()
     assert flags["deterministic_algorithms"] and flags["deterministic_warn_only"]
     assert flags["cudnn_deterministic"] and not flags["cudnn_benchmark"]
+    # cuBLAS's workspace decides whether its products repeat, whatever warn_only says of other ops.
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
 
 
 @pytest.mark.parametrize(("before", "mode"), [("warn", "strict"), ("strict", "warn")])
@@ -320,7 +323,8 @@ def started_with(monkeypatch, environ: bytes | None) -> list:
 @pytest.mark.parametrize("environ, in_effect", [
     (b"HOME=/root\0PYTHONHASHSEED=42\0LANG=C.UTF-8\0", "42"), (b"HOME=/root\0", "random"),
     (b"PYTHONHASHSEED=\0", "random"), (b"PYTHONHASHSEEDS=1\0MY_PYTHONHASHSEED=3\0", "random"),
-    (b"LS_COLORS=rs=0:di=01;34\0PYTHONHASHSEED=42\0", "42")])  # a value may hold "=" itself
+    (b"LS_COLORS=rs=0:di=01;34\0PYTHONHASHSEED=42\0", "42"),  # a value may hold "=" itself
+    (b"PLACE=caf\xe9\0\xffNAME=1\0PYTHONHASHSEED=42\0", "42")])  # bytes that are no UTF-8: a Latin-1 shell's
 def test_the_hash_seed_in_effect_is_the_one_the_process_started_with_not_one_set_since(environ, in_effect,
                                                                                         monkeypatch):
     monkeypatch.setenv("PYTHONHASHSEED", "7")  # set since the start: not in effect

@@ -379,24 +379,26 @@ def test_a_lock_number_that_names_another_file_by_now_is_left_open(tmp_path):
         os.close(number)
 
 
-def test_a_loss_that_is_no_longer_finite_stops_the_run_in_one_line_with_its_row_on_record(tmp_path, monkeypatch,
+@pytest.mark.parametrize("made", ["nan", "inf"])  # an overflow gives inf before it gives NaN
+def test_a_loss_that_is_no_longer_finite_stops_the_run_in_one_line_with_its_row_on_record(made, tmp_path, monkeypatch,
                                                                                          capsys):
     calls = []
 
-    def nan_at_step_3(sums):  # whatever the task: its own figures, the loss made NaN at the third step
+    def made_at_step_3(sums):  # whatever the task: its own figures, the loss made NaN or inf at the third step
         figures = metrics_from_sums(sums)
         calls.append(1)
-        return {**figures, "loss": figures["loss"] * float("nan")} if len(calls) == 3 else figures
+        # 0 * loss + made: exactly NaN or +inf, whatever the sign of the task's loss, still on its graph
+        return {**figures, "loss": figures["loss"] * 0 + float(made)} if len(calls) == 3 else figures
 
     metrics_from_sums = task.metrics_from_sums
-    monkeypatch.setattr(task, "metrics_from_sums", nan_at_step_3)
+    monkeypatch.setattr(task, "metrics_from_sums", made_at_step_3)
     out = tmp_path / "diverged"
     assert main(["--out", str(out), *FAST]) == 1
     error = capsys.readouterr().err.strip()
-    assert len(error.splitlines()) == 1 and "the loss is" in error
+    assert len(error.splitlines()) == 1 and f"the loss is {made}" in error
     with open(out / "metrics.csv", newline="", encoding="utf-8") as file:
         last = list(csv.DictReader(file))[-1]
-    assert "step 3:" in error and (last["step"], last["split"], last["loss"]) == ("3", "train", "nan")
+    assert "step 3:" in error and (last["step"], last["split"], last["loss"]) == ("3", "train", made)
     assert not (out / "summary.json").exists() and not (out / "model.pt").exists()
 
 

@@ -53,7 +53,7 @@ def test_settings_the_mode_cannot_keep_invariant_are_one_sentence(changes, says)
 def test_verify_takes_a_run_of_the_mode_to_each_world_size_that_divides_its_shards_and_no_other():
     """`verify RUN --world-size N` before anything is re-run: a run of --invariant-shards 4 made on 4
     processes goes to 1, 2 or 4, and 3 or 8 get one line; a plain DDP run only to its own size. (The
-    re-runs themselves are in the distributed tier, above.)"""
+    re-runs themselves are in the distributed tier, below.)"""
     from {{ cookiecutter.project_slug }}.engine.runs import Run
     from {{ cookiecutter.project_slug }}.verify import world_size_problem
 
