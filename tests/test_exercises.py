@@ -494,7 +494,8 @@ def test_the_readme_quotes_the_plain_rounds_record_as_it_is(kind: str, heading: 
                                                ("independent-core-2", "The core's second round"),
                                                ("independent-core-3", "The core's third round"),
                                                ("independent-core-4", "The core's fourth round"),
-                                               ("independent-core-5", "The core's fifth round")])
+                                               ("independent-core-5", "The core's fifth round"),
+                                               ("independent-core-6", "The core's sixth round")])
 def test_the_readme_quotes_the_cores_round_record_as_it_is(kind: str, heading: str):
     """breaks/kill-ratio-<kind>.json (`python scripts/breaks.py core-catches --set <kind>`) holds a
     result for every break of breaks/<kind>.toml, in its order, each tried against core/tests/ alone,

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed
+from repro_core.engine import distributed
 from repro_core.engine.checkpoint import (
     MetadataUnpickler,
     intact_checkpoints,
@@ -231,6 +232,24 @@ def shard_rows(rows: int, rank: int) -> int:
 
 
 # Agreeing across ranks: flags, counts and sums.
+
+TORCHRUN_SETS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.mark.parametrize("present", [TORCHRUN_SETS, (), *[(name,) for name in TORCHRUN_SETS],
+                                     *[tuple(n for n in TORCHRUN_SETS if n != name) for name in TORCHRUN_SETS]],
+                         ids=["all", "none", *[f"only {n}" for n in TORCHRUN_SETS],
+                              *[f"all but {n}" for n in TORCHRUN_SETS]])
+def test_a_process_is_torchruns_only_when_every_variable_torchrun_sets_is_there(present, monkeypatch) -> None:
+    """Some of these are set for other reasons (a scheduler's RANK, a shell's MASTER_ADDR left from
+    another job): a single process that took them for torchrun's would wait for a process group
+    that no launcher started."""
+    for name in TORCHRUN_SETS:
+        monkeypatch.delenv(name, raising=False)
+    for name in present:
+        monkeypatch.setenv(name, "0")
+    assert distributed.under_torchrun() is (len(present) == len(TORCHRUN_SETS))
+
 
 def test_the_launch_joined_both_ranks_into_one_group(launch: Launch) -> None:
     assert [(seen["rank"], seen["world_size"]) for seen in launch.ranks] == [(0, WORLD), (1, WORLD)]

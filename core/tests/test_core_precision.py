@@ -53,15 +53,18 @@ print(torch.equal(masks(torch.compile(nn.Sequential(nn.Dropout(0.5)))), eager))
 def test_compile_model_keeps_its_cache_private_even_where_the_user_exported_one(tmp_path) -> None:
     """Nothing another run compiled is reused: a TORCHINDUCTOR_CACHE_DIR exported in the shell (a
     shared cache, which would hand this run kernels compiled for other settings) is replaced by a
-    folder of this process's own. torch.compile compiles at the first call: none is made here."""
+    folder of this process's own, which goes when the process ends (runs would otherwise leave one
+    in the temporary folder each). torch.compile compiles at the first call: none is made here."""
     said = run_python("""
         import os
         from torch import nn
         from repro_core.engine.precision import compile_model
         compile_model(nn.Linear(2, 2))
-        print(os.environ["TORCHINDUCTOR_CACHE_DIR"])
-    """, env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "shared")}).stdout.strip()
-    assert said != str(tmp_path / "shared") and os.path.basename(said).startswith("inductor-"), said
+        print(os.environ["TORCHINDUCTOR_CACHE_DIR"], os.path.isdir(os.environ["TORCHINDUCTOR_CACHE_DIR"]))
+    """, env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "shared")}).stdout.split()
+    cache, existed = said
+    assert cache != str(tmp_path / "shared") and os.path.basename(cache).startswith("inductor-"), said
+    assert existed == "True" and not os.path.exists(cache), said
 
 
 @pytest.mark.skipif(compile_problem(CPU) is not None, reason=f"{compile_problem(CPU)}")

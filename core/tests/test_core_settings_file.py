@@ -101,3 +101,12 @@ def test_a_cpu_whose_flags_the_system_does_not_say_is_refused_portable_in_one_li
         "--cpu-kernels portable: cannot tell whether this CPU has AVX2 and FMA (the system does not say)"
     assert startup.portable_problem({**unknown, "flags": {"avx2", "fma", "sse2"}}) is None  # the control
     assert "lacks fma" in startup.portable_problem({**unknown, "flags": {"avx2"}})
+
+
+@pytest.mark.parametrize(("machine", "taken"), [("x86_64", True), ("amd64", True), ("aarch64", False),
+                                                ("arm64", False), ("i686", False)])
+def test_portable_takes_an_x86_64_cpu_by_either_name_its_system_gives_it(machine: str, taken: bool) -> None:
+    """Linux and macOS call the CPU x86_64, Windows AMD64 (cpu_info lowers it): one CPU, one answer;
+    another kind is refused in one sentence naming it."""
+    problem = startup.portable_problem({"machine": machine, "model": "a CPU", "flags": {"avx2", "fma"}})
+    assert (problem is None) if taken else (f"this CPU is {machine}: there is no such pin here" in problem)
