@@ -16,6 +16,7 @@
     python scripts/breaks.py kill-ratio --set independent-teaching-7 --tiers plain # its seventh
     python scripts/breaks.py kill-ratio --set independent-teaching-8 --tiers plain # its eighth
     python scripts/breaks.py kill-ratio --set independent-teaching-9 --tiers plain # its ninth
+    python scripts/breaks.py kill-ratio --set independent-teaching-10 --tiers plain # its tenth
     python scripts/breaks.py kill-ratio --set independent-2 --tiers plain   # the research size's second round
     python scripts/breaks.py kill-ratio --set independent-3 --tiers plain   # its third
     python scripts/breaks.py kill-ratio --set independent-4 --tiers plain   # its fourth
@@ -27,6 +28,7 @@
     python scripts/breaks.py core-catches --set independent-core-4 # its fourth, the same way
     python scripts/breaks.py core-catches --set independent-core-5 # its fifth
     python scripts/breaks.py core-catches --set independent-core-6 # its sixth
+    python scripts/breaks.py core-catches --set independent-core-7 # its seventh
 
 A break replaces one piece of text inside one function (or method, `Class.method`; `<module>` for a
 statement outside any) of one file of the package: the text must be there exactly once, so that a
@@ -75,7 +77,7 @@ class Break:
     function: str  # "name" or "Class.method"
     replace: str
     with_: str
-    caught_by: str  # a test id, tests/test_x.py::test_y; "" where none is named: the files naming the function go first
+    caught_by: str = ""  # a test id, tests/test_x.py::test_y; "": none named, the files naming the function go first
     gpu_only: bool = False
     why: str = ""  # for the mutation suite: what a contributor might have meant by it
     scope: str | None = None  # the project size whose code it breaks; None: a file both sizes share
@@ -205,6 +207,7 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
         "independent-teaching-7": "kill-ratio-independent-teaching-7.json",
         "independent-teaching-8": "kill-ratio-independent-teaching-8.json",
         "independent-teaching-9": "kill-ratio-independent-teaching-9.json",
+        "independent-teaching-10": "kill-ratio-independent-teaching-10.json",
         "independent-2": "kill-ratio-independent-2.json", "independent-3": "kill-ratio-independent-3.json",
         "independent-4": "kill-ratio-independent-4.json", "independent-5": "kill-ratio-independent-5.json",
         "independent-core": "kill-ratio-independent-core.json",
@@ -212,17 +215,18 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
         "independent-core-3": "kill-ratio-independent-core-3.json",
         "independent-core-4": "kill-ratio-independent-core-4.json",
         "independent-core-5": "kill-ratio-independent-core-5.json",
-        "independent-core-6": "kill-ratio-independent-core-6.json"}
+        "independent-core-6": "kill-ratio-independent-core-6.json",
+        "independent-core-7": "kill-ratio-independent-core-7.json"}
 # The size a set breaks; the others break the research size, but CORE_SETS', which break core/
 # itself and are tried by core-catches against core/tests/ alone.
 SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teaching",
             "independent-teaching-3": "teaching", "independent-teaching-4": "teaching",
             "independent-teaching-5": "teaching", "independent-teaching-6": "teaching",
             "independent-teaching-7": "teaching", "independent-teaching-8": "teaching",
-            "independent-teaching-9": "teaching"}
+            "independent-teaching-9": "teaching", "independent-teaching-10": "teaching"}
 # core-catches' rounds: breaks of core/ itself.
 CORE_SETS = ("independent-core", "independent-core-2", "independent-core-3", "independent-core-4",
-             "independent-core-5", "independent-core-6")
+             "independent-core-5", "independent-core-6", "independent-core-7")
 
 
 def nearby_tests(project: Path, brk: Break) -> list[str]:
@@ -504,8 +508,8 @@ def main() -> int:
     parser.add_argument("--set", default="mutations", choices=list(SETS), help="kill-ratio: which breaks: "
                         "the mutation suite, or an independent round written from the docs alone (of the "
                         "research size, independent-2 to -5 its second to fifth rounds; independent-teaching "
-                        "and its second to ninth rounds, -2 to -9: of the teaching size, whose suite is one "
-                        "tier; core-catches: independent-core and its second to sixth rounds, -2 to -6: the "
+                        "and its second to tenth rounds, -2 to -10: of the teaching size, whose suite is one "
+                        "tier; core-catches: independent-core and its second to seventh rounds, -2 to -7: the "
                         "core's, against core/tests/)")
     parser.add_argument("--out", type=Path, help="kill-ratio: the record (default: breaks/kill-ratio.json, or "
                         "breaks/kill-ratio-independent.json for --set independent)")
