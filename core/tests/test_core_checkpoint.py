@@ -102,12 +102,15 @@ def test_a_checkpoint_that_would_run_code_is_refused_and_never_run(tmp_path: Pat
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("content", ["old format", "not a dict", "plain pickle", "text"])
+@pytest.mark.parametrize("content", ["old format", "newer format", "no format", "not a dict", "plain pickle", "text"])
 def test_a_checkpoint_of_another_format_is_skipped(tmp_path: Path, content: str) -> None:
+    """A newer release's checkpoint too: its fields may mean what this code does not know."""
     hand_made(tmp_path, range(1, 3))
     path = checkpoint_path(tmp_path, 3)
-    if content == "old format":
-        torch.save({"format_version": FORMAT_VERSION - 1, "step": 3}, path)
+    if content in ("old format", "newer format"):
+        torch.save({"format_version": FORMAT_VERSION + (1 if content == "newer format" else -1), "step": 3}, path)
+    elif content == "no format":
+        torch.save({"step": 3}, path)
     elif content == "not a dict":
         torch.save(torch.zeros(3), path)
     elif content == "plain pickle":  # torch.save's legacy format: no zip archive

@@ -284,3 +284,15 @@ def test_a_loss_cut_off_from_a_model_that_learns_is_refused_and_from_one_that_ca
         check_task(cut_off, nn.Linear(2, 1), validation_loader(), torch.device("cpu"), "fp32")
     frozen = nn.Linear(2, 1).requires_grad_(False)  # nothing to learn: a plain number is its loss
     assert check_task(cut_off, frozen, validation_loader(), torch.device("cpu"), "fp32") == ("loss",)
+
+
+@pytest.mark.parametrize("frozen", ["the first layer", "a bias"])
+def test_a_loss_cut_off_from_a_model_that_learns_in_part_only_is_refused(frozen):
+    """A frozen backbone under a head that learns, or one frozen bias: the model still learns, so a
+    loss made with .item() is refused before the run starts, not at its first backward pass."""
+    cut_off = regression_task(metrics_from_sums=lambda sums: {"loss": float(sums["squares"] / sums["count"])})
+    model = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 1))
+    (model[0] if frozen == "the first layer" else model[1].bias).requires_grad_(False)
+    with pytest.raises(TaskError, match="returned a 'loss' that does not depend on the model's parameters"):
+        check_task(cut_off, model, validation_loader(), torch.device("cpu"), "fp32")
+    assert check_task(regression_task(), model, validation_loader(), torch.device("cpu"), "fp32") == ("loss",)

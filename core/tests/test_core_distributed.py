@@ -231,15 +231,15 @@ def shard_rows(rows: int, rank: int) -> int:
     return max(0, min(chunk, rows - rank * chunk))
 
 
-# Agreeing across ranks: flags, counts and sums.
+# Which process is torchrun's.
 
 TORCHRUN_SETS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-@pytest.mark.parametrize("present", [TORCHRUN_SETS, (), *[(name,) for name in TORCHRUN_SETS],
-                                     *[tuple(n for n in TORCHRUN_SETS if n != name) for name in TORCHRUN_SETS]],
-                         ids=["all", "none", *[f"only {n}" for n in TORCHRUN_SETS],
-                              *[f"all but {n}" for n in TORCHRUN_SETS]])
+@pytest.mark.parametrize("present", [
+    pytest.param(TORCHRUN_SETS, id="all"), pytest.param((), id="none"),
+    *[pytest.param((name,), id=f"only {name}") for name in TORCHRUN_SETS],
+    *[pytest.param(tuple(n for n in TORCHRUN_SETS if n != name), id=f"all but {name}") for name in TORCHRUN_SETS]])
 def test_a_process_is_torchruns_only_when_every_variable_torchrun_sets_is_there(present, monkeypatch) -> None:
     """Some of these are set for other reasons (a scheduler's RANK, a shell's MASTER_ADDR left from
     another job): a single process that took them for torchrun's would wait for a process group
@@ -250,6 +250,8 @@ def test_a_process_is_torchruns_only_when_every_variable_torchrun_sets_is_there(
         monkeypatch.setenv(name, "0")
     assert distributed.under_torchrun() is (len(present) == len(TORCHRUN_SETS))
 
+
+# Agreeing across ranks: flags, counts and sums.
 
 def test_the_launch_joined_both_ranks_into_one_group(launch: Launch) -> None:
     assert [(seen["rank"], seen["world_size"]) for seen in launch.ranks] == [(0, WORLD), (1, WORLD)]
@@ -512,6 +514,43 @@ def test_the_blocks_inside_a_module_dict_are_units_of_their_own_as_inside_a_modu
 
     model = Named()
     assert shard_units(model) == [model.layers["first"], model.layers["second"], model.stack[0]]
+
+
+# Evaluating under FSDP: as many forward passes on every rank.
+
+class Batches(list):
+    """A rank's evaluation batches, with what evaluation_batches reads of a DataLoader: its dataset,
+    keyed (epoch, index), and its collate_fn."""
+
+    dataset = {(0, 0): "the split's first sample"}
+
+    def collate_fn(self, samples: list) -> tuple:
+        return ("a batch of", *samples)
+
+
+@pytest.mark.parametrize("own, most", [(0, 1), (0, 3), (1, 3), (3, 3), (2, 5)])
+def test_in_lockstep_a_rank_makes_as_many_forward_passes_as_the_rank_with_the_most_batches(own, most, monkeypatch):
+    """FSDP gathers the weights from every rank in each forward pass: a rank that made one pass
+    more or fewer than the others would wait for ever. Its own batches are counted, each once; the
+    spare passes are its first batch again, or, on a rank with no sample (a split smaller than the
+    world), the split's first sample borrowed, none of them counted."""
+    monkeypatch.setattr(distributed, "max_over_ranks", lambda number: max(number, most))  # the other ranks' most
+    loader = Batches(f"batch {i}" for i in range(own))
+    passes = list(distributed.evaluation_batches(loader, lockstep=True))
+    assert len(passes) == most
+    assert [batch for batch, counted in passes if counted] == list(loader)
+    spare = loader[0] if own else ("a batch of", "the split's first sample")
+    assert [batch for batch, counted in passes if not counted] == [spare] * (most - own)
+
+
+def test_out_of_lockstep_a_rank_makes_a_pass_per_batch_and_one_without_samples_one_uncounted(monkeypatch) -> None:
+    """DDP holds the whole model on each rank: no pass waits for another rank's. A rank with no
+    sample still makes one pass, uncounted: its sums, set to zero, give the evaluation their names."""
+    monkeypatch.setattr(distributed, "max_over_ranks", lambda number: pytest.fail("lockstep asked out of lockstep"))
+    assert list(distributed.evaluation_batches(Batches(["batch 0", "batch 1"]), lockstep=False)) == [
+        ("batch 0", True), ("batch 1", True)]
+    assert list(distributed.evaluation_batches(Batches(), lockstep=False)) == [
+        (("a batch of", "the split's first sample"), False)]
 
 
 def test_the_rank_is_torchruns_global_rank_and_the_local_rank_its_place_on_the_machine(monkeypatch) -> None:

@@ -275,6 +275,29 @@ def test_a_row_that_is_not_a_metrics_row_is_refused_naming_its_line(row: str, tm
         read_run(tmp_path)
 
 
+FIRST = {"step": 0, "world_size": 2}  # a run's first entry: started on two processes
+
+
+@pytest.mark.parametrize("history", [
+    [FIRST, {"step": "8", "world_size": 4}], [FIRST, {"step": 8, "world_size": "4"}], [FIRST, {"step": 8}],
+    [FIRST, {"world_size": 4}], [FIRST, [8, 4]], {"step": 8, "world_size": 4},
+], ids=["a step that is text", "a world size that is text", "no world size", "no step", "an entry that is a list",
+        "no list"])
+def test_a_world_size_history_that_is_not_steps_and_world_sizes_is_refused_in_one_line(history: object,
+                                                                                       tmp_path: Path) -> None:
+    """verify and compare read the steps at which a run's world size changed as numbers: a
+    hand-edited world_sizes.json that holds anything else is named, not read as a run's history."""
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")
+    (tmp_path / "metrics.csv").write_text("epoch,step,split,lr,loss,accuracy\n0,1,train,0.1,2.5,0.25\n")
+    good = [FIRST, {"step": 8, "world_size": 4}]
+    (tmp_path / "world_sizes.json").write_text(json.dumps({"world_sizes": good}), encoding="utf-8")
+    assert read_run(tmp_path).world_sizes == good  # the control: the file as a run writes it
+    (tmp_path / "world_sizes.json").write_text(json.dumps({"world_sizes": history}), encoding="utf-8")
+    with pytest.raises(RunError) as error:
+        read_run(tmp_path)
+    assert str(error.value) == f"{tmp_path / 'world_sizes.json'} is corrupt (not a list of steps and world sizes)"
+
+
 def run_of(*rows: tuple[int, str, str, str]) -> Run:
     """A run read back whose metrics.csv holds `rows`: (step, split, loss, accuracy), as written."""
     metrics = [{"epoch": "0", "step": str(step), "split": split, "lr": "0.1" if split == "train" else "",

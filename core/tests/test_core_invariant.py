@@ -9,6 +9,7 @@ weights hash, where the plain DDP-style step (each rank's mean, an all-reduce) g
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import socket
@@ -127,6 +128,25 @@ def test_a_step_leaves_the_sum_in_shard_order_of_each_shards_own_gradient_and_st
     assert sums["samples"].item() == BATCH
     full = nn.functional.cross_entropy(model.eval()(inputs), targets)
     assert torch.isfinite(loss) and loss.item() != full.item()  # the shards' mean losses, with dropout, added
+
+
+def test_every_batchnorm_of_a_model_gets_the_running_statistics_of_the_shards_in_shard_order():
+    """Two BatchNorms of other widths, the second a cumulative average (momentum None): each one's
+    statistics are its own. The oracle is BatchNorm itself: a copy of the model run on each shard
+    alone, in shard order, updates its running statistics as the mode must."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 4),
+                          nn.BatchNorm1d(4, momentum=None), nn.Linear(4, 3)).train()
+    reference = copy.deepcopy(model)
+    inputs, targets = data(step=1)
+    shard_step(model, [(inputs, targets)], forward_of(model, 1), SHARDS)
+    with torch.no_grad():
+        for shard in range(SHARDS):
+            reference(inputs[shard::SHARDS].contiguous())
+    for norm, expected in ((model[1], reference[1]), (model[4], reference[4])):
+        assert norm.num_batches_tracked.item() == expected.num_batches_tracked.item() == SHARDS
+        torch.testing.assert_close(norm.running_mean, expected.running_mean, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(norm.running_var, expected.running_var, rtol=1e-5, atol=1e-6)
 
 
 def test_a_parameter_no_shard_reached_keeps_no_gradient():

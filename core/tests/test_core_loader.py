@@ -5,6 +5,7 @@ trained on, and workers leave Ctrl-C to the training process."""
 from __future__ import annotations
 
 import signal
+import threading
 
 import pytest
 from core_helpers import Augmented, indices, shuffle_oracle
@@ -140,6 +141,28 @@ def test_workers_that_fail_to_start_still_give_the_main_process_its_handler_back
         assert signal.getsignal(signal.SIGINT) is handler
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_loader_with_workers_iterated_in_another_thread_loads_as_a_plain_one_does() -> None:
+    """Only the main thread may set a signal handler: a prefetching or evaluation thread (a
+    notebook's background job) that iterates the loader gets its samples, not a ValueError, and
+    leaves the main thread's Ctrl-C handler as it was."""
+    before = signal.getsignal(signal.SIGINT)
+    loaded: list = []
+
+    def load() -> None:
+        try:
+            loaded.extend(int(batch) for batch in CtrlCSafeLoader(SigintDisposition(), batch_size=1, num_workers=1))
+        except Exception as error:  # what the thread raised, for the assertion below
+            loaded.append(error)
+
+    thread = threading.Thread(target=load)
+    thread.start()
+    thread.join()
+    # The workers keep what they inherit (no handler was changed to start them): SIGINT ignored only
+    # where this process ignores it (a background job's shell may have started it so).
+    assert loaded == [int(before is signal.SIG_IGN)] * 2
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_ignore_sigint_in_worker_ignores_sigint_and_make_sharded_loader_installs_it() -> None:

@@ -167,6 +167,14 @@ def test_figures_are_read_back_as_the_exact_floats_the_task_computed() -> None:
     assert all(type(value) is float for row in rows for value in row)
 
 
+def test_a_figure_of_one_element_in_any_shape_is_read_back_as_its_one_number() -> None:
+    """The contract takes any figure that holds one number (numel 1): an accuracy of shape (1,) or
+    (1, 1) beside a loss of shape () is read back, each as its float, as the scalars would be."""
+    figures = [{"loss": torch.tensor(1.5), "accuracy": torch.tensor([0.25]), "samples": torch.tensor([[16.0]])},
+               {"loss": torch.tensor([2.5]), "accuracy": 0.5, "samples": 8}]
+    assert read_back(figures, ("loss", "accuracy", "samples"), CPU) == [[1.5, 0.25, 16.0], [2.5, 0.5, 8.0]]
+
+
 def test_a_steps_sums_add_up_micro_batch_by_micro_batch_and_hold_no_autograd_graph() -> None:
     """What a step keeps for its metrics row (StepRows holds it for --log-every steps) is numbers:
     the micro-batches' sums added name by name, none holding the graph of the activations that made

@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 from core_helpers import run_python
-from repro_core.engine.precision import autocast, compile_problem, make_scaler
+from repro_core.engine.precision import autocast, compile_failure, compile_problem, make_scaler
 
 CPU = torch.device("cpu")
 
@@ -30,6 +30,32 @@ def test_each_precision_computes_a_matrix_product_in_its_own_dtype(precision: st
     and a run recorded as one must not compute in the other."""
     with autocast(precision, CPU):
         assert torch.nn.Linear(3, 2)(torch.ones(1, 3)).dtype == dtype
+
+
+def compile_error(kind: str) -> Exception:
+    """An error of each kind torch.compile raises as it compiles: dynamo's, as it traces, and
+    inductor's, as it generates and builds kernels (a C++ compiler that fails on one)."""
+    from torch._dynamo.exc import TorchRuntimeError
+    from torch._inductor.exc import CppCompileError, InductorError
+
+    return {"dynamo": TorchRuntimeError("dynamo cannot trace this"),
+            "inductor": InductorError(RuntimeError("C++ compile error: bad kernel"), None),
+            "inductor's C++ build": CppCompileError(["g++", "kernel.cpp"], "error: boom")}[kind]
+
+
+@pytest.mark.parametrize(("kind", "said"), [("dynamo", "TorchRuntimeError: dynamo cannot trace this"),
+                                            ("inductor", "InductorError: RuntimeError: C++ compile error: bad kernel"),
+                                            ("inductor's C++ build", "CppCompileError: C++ compile error")])
+def test_an_error_of_compiling_is_said_in_one_line_whichever_part_of_torch_compile_raised_it(kind, said) -> None:
+    """Dynamo's and inductor's errors alike: the first line of what they say, and what to do."""
+    assert compile_failure(compile_error(kind)) == f"--compile failed: {said}; leave out --compile to train without it"
+
+
+@pytest.mark.parametrize("error", [RuntimeError("C++ compile error"), ValueError("x"), KeyboardInterrupt()])
+def test_any_other_error_is_not_taken_for_one_of_compiling(error) -> None:
+    """Even one that says the same words: what raised it decides, so that a bug of the model keeps
+    its traceback."""
+    assert compile_failure(error) is None
 
 
 # A fresh interpreter: compile_model sets inductor's configuration and cache folder for the process.

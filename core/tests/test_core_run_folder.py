@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import sys
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +38,7 @@ from repro_core.engine.run_folder import (
     write_error_log,
     write_result,
 )
-from repro_core.engine.tracking import make_trackers
+from repro_core.engine.tracking import make_trackers, tracking_problem
 from repro_core.utils.repro import state_dict_sha256
 
 
@@ -437,3 +438,19 @@ def test_rank_0_asked_for_tensorboard_gets_one_tracker_writing_into_the_run_fold
     pytest.importorskip("tensorboard", reason="tensorboard is the research size's optional extra, not the core's")
     trackers = make_trackers(SimpleNamespace(tensorboard=True), tmp_path, True)
     assert len(trackers) == 1 and (tmp_path / "tensorboard").is_dir()
+
+
+def test_tensorboard_asked_for_without_its_package_is_refused_in_one_line_saying_what_to_install(monkeypatch) -> None:
+    """Before the run starts, not at make_trackers' import after the run folder is made. The
+    package itself is looked for: torch's own wrapper (torch.utils.tensorboard) ships with every torch."""
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # how Python marks a package as not there
+    problem = tracking_problem(SimpleNamespace(tensorboard=True))
+    assert problem is not None and problem.startswith("--tensorboard needs the tensorboard package: python -m pip "
+                                                       "install tensorboard") and "\n" not in problem
+    assert tracking_problem(SimpleNamespace(tensorboard=False)) is None  # not asked for: nothing needed
+
+
+def test_tensorboard_asked_for_with_its_package_there_is_no_problem() -> None:
+    """The control of the test above."""
+    pytest.importorskip("tensorboard", reason="tensorboard is the research size's optional extra, not the core's")
+    assert tracking_problem(SimpleNamespace(tensorboard=True)) is None

@@ -20,6 +20,26 @@ def test_a_seed_train_refuses_sets_no_hash_seed_for_train_to_refuse_in_its_own_w
     assert "PYTHONHASHSEED" not in startup.run_environment(["--seed", "-1"], 42)
 
 
+def test_a_resumed_run_takes_the_seed_its_config_json_recorded(tmp_path) -> None:
+    """Its hash seed is the run's own, not the default's: the oracle, the seed written here."""
+    (tmp_path / "config.json").write_text('{"seed": 7}', encoding="utf-8")
+    assert startup.seed_from_command_line(["--resume", "--out", str(tmp_path)], 42) == "7"
+    assert startup.seed_from_command_line(["--resume", "--out", str(tmp_path), "--seed", "8"], 42) == "8"  # typed
+
+
+@pytest.mark.parametrize("recorded", [None, "[3]", "null", '"seed 7"', "7", "{}", "{not json", b"\xff\xfe"],
+                         ids=["no file", "a list", "null", "a string", "a number", "no seed", "not JSON", "not UTF-8"])
+def test_a_run_folder_the_relaunch_cannot_read_leaves_the_default_for_train_to_refuse_in_its_own_words(
+        recorded: str | bytes | None, tmp_path) -> None:
+    """A missing, clobbered or hand-edited config.json: no traceback before train starts, whose
+    parser says in one line what is wrong with the run folder."""
+    if isinstance(recorded, bytes):
+        (tmp_path / "config.json").write_bytes(recorded)
+    elif recorded is not None:
+        (tmp_path / "config.json").write_text(recorded, encoding="utf-8")
+    assert startup.seed_from_command_line(["--resume", "--out", str(tmp_path)], 42) == "42"
+
+
 @pytest.mark.skipif(startup.portable_problem() is not None, reason=f"the pins do not fit this CPU: "
                     f"{startup.portable_problem()}")
 def test_portable_sets_every_pin_numpys_included() -> None:

@@ -53,7 +53,7 @@ def test_comma_separated_gpus_are_refused_and_point_to_torchrun(two_gpus):
         select_device("cuda:1,2")
 
 
-@pytest.mark.parametrize("spec", ["cuda", "cuda:0", "cuda:10", "mps"])  # cuda:10: an index of two digits is one
+@pytest.mark.parametrize("spec", ["cuda", "cuda:0", "cuda:10", "mps"])  # cuda:10: a two-digit index is a GPU index too
 def test_an_accelerator_that_is_missing_is_refused_with_the_list(no_accelerator, spec):
     with pytest.raises(ValueError, match="not available here; available: cpu$"):
         select_device(spec)

@@ -270,6 +270,16 @@ def test_a_draws_from_naming_a_generator_in_another_spelling_is_refused_when_the
         make_loader(misnamed, batch_size=BATCH, seed=SEED, train=True)
 
 
+@pytest.mark.parametrize("names", ["torch", "numpy", ""])
+def test_a_draws_from_written_as_a_string_is_refused_saying_the_tuple_needs_its_comma(names):
+    """("torch") is the string "torch", the commonest slip: told to write ("torch",), not that it
+    names 't', 'o', 'r', 'c', 'h'; and "" is not taken for "draws from nothing", which is ()."""
+    as_a_string = type("AsAString", (DrawsUndeclared,), {"draws_from": names})(train_set())
+    with pytest.raises(ValueError) as refused:
+        make_loader(as_a_string, batch_size=BATCH, seed=SEED, train=True)
+    assert str(refused.value) == f"draws_from is the string {names!r}; write a tuple of names, such as ({names!r},)"
+
+
 def inputs_of(dataset) -> torch.Tensor:
     return torch.stack([torch.as_tensor(dataset[i][0]) for i in range(len(dataset))])
 

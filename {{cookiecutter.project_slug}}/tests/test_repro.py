@@ -100,8 +100,10 @@ def test_determinism_modes_pin_float32_to_full_precision_no_tf32(mode):
     configure_determinism(mode)
     assert float32_precision()["matmul"] == float32_precision()["conv"] == "ieee"
     assert not tf32_allowed() and determinism_flags()["tf32_allowed"] is False
+    recorded = determinism_flags()["float32_precision"]  # what environment.json says was in effect
+    assert (recorded["matmul"], recorded["conv"]) == ("ieee", "ieee")
     configure_determinism("off")
-    assert float32_precision() == PYTORCH_DEFAULT_FLOAT32
+    assert float32_precision() == PYTORCH_DEFAULT_FLOAT32 == determinism_flags()["float32_precision"]
 
 
 def test_warn_is_strict_with_warnings_instead_of_errors(monkeypatch):

@@ -71,6 +71,7 @@ def test_a_run_folder_holds_its_config_environment_metrics_checkpoint_model_and_
     assert sorted(path.name for path in run.path.iterdir()) == [
         "checkpoint.pt", "config.json", "environment.json", "metrics.csv", "model.pt", "summary.json"]
     assert run.config["seed"] == 3 and run.config["epochs"] == 2
+    assert run.summary["seed"] == 3  # the seed its weights come from (--data-seed kept the bake's default)
     assert [row["step"] for row in run.metrics if row["split"] == "train"] == [
         str(step) for step in range(1, run.summary["steps"] + 1)]
     assert sum(row["split"] == "val" for row in run.metrics) == run.config["epochs"]
@@ -119,6 +120,7 @@ def test_model_pt_loads_into_a_fresh_model_and_has_the_recorded_weights_hash(run
 BAD = {
     "negative seed": ("--seed", "-1"),
     "seed above 2**32-1": ("--seed", "4294967296"),
+    "data seed above 2**32-1": ("--data-seed", "4294967296"),
     "zero epochs": ("--epochs", "0"),
     "learning rate not a number": ("--lr", "fast"),
     "learning rate below 0": ("--lr", "-1"),
@@ -157,11 +159,11 @@ def test_a_mistake_gets_one_line_and_exit_2_and_writes_nothing(flags, tmp_path, 
 
 
 # The edges of each range, which a refusal above must not take: 0 is a dropout and a momentum (plain
-# SGD), 2**32 - 1 a seed (PYTHONHASHSEED's largest), the largest --lr a float32 holds, and as many
-# threads and workers as the bounds allow.
-EDGES = [("--seed", "0", 0), ("--seed", "4294967295", 4294967295), ("--epochs", "1", 1),
-         ("--lr", "3.4028234663852886e38", FLOAT32_MAX), ("--dropout", "0", 0.0), ("--momentum", "0", 0.0),
-         ("--max-samples", "0", 0), ("--threads", str(MAX_THREADS), MAX_THREADS),
+# SGD), 2**32 - 1 a seed and a data seed (PYTHONHASHSEED's largest), the largest --lr a float32
+# holds, and as many threads and workers as the bounds allow.
+EDGES = [("--seed", "0", 0), ("--seed", "4294967295", 4294967295), ("--data-seed", "4294967295", 4294967295),
+         ("--epochs", "1", 1), ("--lr", "3.4028234663852886e38", FLOAT32_MAX), ("--dropout", "0", 0.0),
+         ("--momentum", "0", 0.0), ("--max-samples", "0", 0), ("--threads", str(MAX_THREADS), MAX_THREADS),
          ("--num-workers", str(MAX_WORKERS), MAX_WORKERS)]
 
 
@@ -182,6 +184,20 @@ def test_the_readmes_first_run_makes_its_folder_with_the_folders_above_and_recor
     made = Run(Path(process.args[process.args.index("--out") + 1]))  # the folder its command line named
     assert made.config["device"] == "auto"
     assert made.environment["device"] == str(select_device("auto"))
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    (("--batch-size", str(2**63)), f"'{2**63}' is not an integer in 1 .. {2**63 - 1}"),
+    (("--batch-size", "0"), "'0' is not an integer of at least 1"),
+    (("--seed", str(2**32)), f"'{2**32}' is not an integer in 0 .. {2**32 - 1}"),
+    (("--epochs", "three"), "'three' is not an integer of at least 1"),
+], ids=["too large: both bounds", "too small: the lower one", "a bounded flag: both", "no integer"])
+def test_a_refused_integer_is_told_the_bounds_it_missed(flags, said, capsys):
+    """A number too large is told there is an upper bound and what it is, not only that it must be
+    at least 1, which it is."""
+    with pytest.raises(SystemExit) as exit_info:
+        parse_flags(list(flags))
+    assert exit_info.value.code == 2 and capsys.readouterr().err.strip().endswith(said)
 
 
 def test_a_worker_count_no_machine_runs_is_refused_before_any_worker_starts(capsys):
@@ -231,6 +247,37 @@ def test_the_restart_takes_the_seed_the_run_trains_with(run):
         assert seed_from_command_line(argv) is None, argv  # train.py refuses it, in its own words
     resumed = ["--out", str(run.path), "--resume"]
     assert seed_from_command_line(resumed) == settings_of(resumed).seed == 3
+
+
+@pytest.mark.parametrize("recorded", [None, '{"lr": 0.05}', "[3]", "null", '"seed 3"', "{not json", b"\xff\xfe"],
+                         ids=["no file", "no seed", "a list", "null", "a string", "not JSON", "not UTF-8"])
+def test_a_run_folder_the_restart_cannot_read_leaves_the_default_seed_for_train_to_refuse(recorded, tmp_path, capsys):
+    """A missing, hand-edited or clobbered config.json: the seed read before torch is the default,
+    with no traceback from __init__.py, and train.py's own settings refuse the folder in one line."""
+    from {{ cookiecutter.project_slug }} import seed_from_command_line
+
+    if isinstance(recorded, bytes):
+        (tmp_path / "config.json").write_bytes(recorded)
+    elif recorded is not None:
+        (tmp_path / "config.json").write_text(recorded, encoding="utf-8")
+    resumed = ["--out", str(tmp_path), "--resume"]
+    assert seed_from_command_line(resumed) == parse_flags([]).seed
+    with pytest.raises(SystemExit) as exit_info:
+        settings_of(resumed)
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(error.strip().splitlines()) == 1 and "--resume" in error, error
+
+
+def test_resuming_says_after_which_epoch_counted_from_1_as_the_run_printed_it(run, tmp_path, capsys):
+    """The run printed "epoch 1/2" and "epoch 2/2": its checkpoint, written after the second, is
+    resumed "after epoch 2", the count of validation rows it kept (the oracle), not one fewer."""
+    copy = shutil.copytree(run.path, tmp_path / "run")
+    config = settings_of(["--out", str(copy), "--resume"])
+    model = task.make_model(config, task.make_datasets(config)[0])
+    start, rows = train.load_checkpoint(copy / "checkpoint.pt", model, torch.optim.SGD(model.parameters(), lr=0.1))
+    finished = sum(row["split"] == "val" for row in run.metrics)
+    assert (start, rows) == (finished, len(run.metrics))
+    assert capsys.readouterr().out == f"resuming {copy} after epoch {finished}\n"
 
 
 def test_resume_trains_with_the_worker_count_typed_not_the_recorded_one(run):
