@@ -20,6 +20,7 @@ from repro_core.engine.checkpoint import (
     read_checkpoint,
     read_model_weights,
     read_sharded_checkpoint,
+    replace_folder,
     save_checkpoint,
 )
 from repro_core.utils.repro import state_dict_sha256
@@ -160,6 +161,26 @@ def test_a_sharded_checkpoints_metadata_that_would_run_code_is_refused(sharded: 
     state, problem = read_sharded_checkpoint(sharded)
     assert state is None and "could run code" in problem
     assert not marker.exists()
+
+
+def folder_of(path: Path, text: str) -> Path:
+    path.mkdir()
+    (path / "state.pt").write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("left_by_a_kill", [False, True], ids=["nothing left", "a stale .old folder left"])
+def test_a_complete_folder_replaces_the_checkpoint_of_its_step_whatever_an_earlier_kill_left(
+        tmp_path: Path, left_by_a_kill: bool) -> None:
+    """A second checkpoint at one step goes through .step-N.old; a kill between the two renames of
+    an earlier save leaves that folder behind, full: the next save at the step still replaces the
+    checkpoint, and leaves only it."""
+    path = folder_of(tmp_path / "step-00000008", "the first save")
+    if left_by_a_kill:
+        folder_of(tmp_path / ".step-00000008.old", "an earlier save, half replaced")
+    replace_folder(folder_of(tmp_path / ".step-00000008.partial", "the second save"), path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000008"]
+    assert (path / "state.pt").read_text() == "the second save"
 
 
 def stack_global_call(module: str, name: str, argument: str) -> bytes:

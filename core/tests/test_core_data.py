@@ -137,6 +137,18 @@ def test_every_epoch_is_a_permutation_and_differs_from_the_previous_one() -> Non
     assert all(orders[epoch] != orders[epoch - 1] for epoch in range(1, 6))
 
 
+def test_an_iterator_keeps_the_epoch_it_was_made_for_when_the_next_epoch_is_set_before_it_is_done() -> None:
+    """A loader's workers still take keys of this epoch when the loop sets the next one (or an
+    iterator is made ahead of its epoch): each key keeps its own epoch, so each sample draws from
+    (seed, its epoch, index), as in the run that never prefetched."""
+    sampler = EpochSampler(12, seed=SEED, shuffle=True)
+    keys = iter(sampler)
+    first = next(keys)
+    sampler.set_epoch(1)
+    assert [first, *keys] == [(0, index) for index in shuffle_oracle(12, SEED, 0)]
+    assert list(sampler) == [(1, index) for index in shuffle_oracle(12, SEED, 1)]  # the next iterator: the next epoch
+
+
 def test_validation_yields_every_index_once_in_order_without_padding() -> None:
     loader = make_loader(Augmented(23), batch_size=5, seed=SEED, train=False)
     loader.sampler.set_epoch(7)

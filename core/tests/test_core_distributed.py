@@ -516,6 +516,26 @@ def test_the_blocks_inside_a_module_dict_are_units_of_their_own_as_inside_a_modu
     assert shard_units(model) == [model.layers["first"], model.layers["second"], model.stack[0]]
 
 
+class ScaledBlock(torch.nn.Module):
+    """A block with a learned scale of its own around a BatchNorm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(3))
+        self.norm = torch.nn.BatchNorm1d(3)
+
+
+def test_only_a_module_whose_own_buffers_are_floats_keeps_float32_weights_under_bf16() -> None:
+    """FSDP casts a unit's parameters to bf16, not its buffers: a BatchNorm keeps float32 weights
+    beside its float32 statistics. A block around it holds parameters but no buffer of its own: cast,
+    as the recorded policy says."""
+    block = ScaledBlock()
+    assert distributed.holds_float_buffers(block.norm)
+    assert not distributed.holds_float_buffers(block)
+    assert not distributed.holds_float_buffers(torch.nn.Linear(3, 3))  # parameters, no buffer
+    assert not distributed.holds_float_buffers(torch.nn.BatchNorm1d(3, affine=False))  # buffers, no parameter
+
+
 # Evaluating under FSDP: as many forward passes on every rank.
 
 class Batches(list):

@@ -173,6 +173,18 @@ def test_a_place_for_a_file_is_refused_in_one_line_that_names_the_flag_and_what_
             "--json /proc/figures.json: cannot write there (a file system that holds no files)"
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this system")
+def test_anything_on_the_way_that_is_no_folder_is_named_as_in_the_way_not_as_a_missing_folder(tmp_path: Path) -> None:
+    """A named pipe, or a device (/dev/null/figures.json): as a regular file would, it stands
+    where a folder should be; "the folder does not exist" would send the user looking for one."""
+    os.mkfifo(tmp_path / "pipe")
+    assert file_place_problem(tmp_path / "pipe" / "figures.json", "--json") == \
+        f"--json {tmp_path / 'pipe' / 'figures.json'}: {tmp_path / 'pipe'} is a file, not a folder"
+    if Path("/dev/null").exists():
+        assert file_place_problem(Path("/dev/null/figures.json"), "--json") == \
+            "--json /dev/null/figures.json: /dev/null is a file, not a folder"
+
+
 def test_a_best_figure_beats_every_earlier_one_strictly_and_a_nan_never_counts() -> None:
     assert beats("min:loss", 0.5, [0.7, 0.6]) and not beats("min:loss", 0.6, [0.7, 0.6])  # a tie keeps the earlier
     assert beats("max:accuracy", 0.8, [0.5, 0.75]) and not beats("max:accuracy", 0.7, [0.5, 0.75])
@@ -304,6 +316,15 @@ def run_of(*rows: tuple[int, str, str, str]) -> Run:
                 "loss": loss, "accuracy": accuracy} for step, split, loss, accuracy in rows]
     return Run(path=Path("run"), config={}, environment={}, metrics=metrics, metric_names=("loss", "accuracy"),
                summary=None)
+
+
+def test_the_first_non_finite_step_is_of_a_training_row_not_an_evaluation() -> None:
+    """verify and compare say where a run stopped (or skipped, under --nonfinite skip): a training
+    step. An evaluation that gave NaN after finite steps stopped no step."""
+    finite = [(1, "train", "0.5", "0.25"), (2, "train", "0.4", "0.5")]
+    assert run_of(*finite, (2, "val", "nan", "0.5"), (3, "train", "0.3", "0.5")).non_finite_step is None
+    assert run_of(*finite, (2, "val", "nan", "nan"), (3, "train", "0.3", "inf")).non_finite_step == 3
+    assert run_of((1, "train", "0.5", "0.25"), (2, "train", "-inf", "0.5")).non_finite_step == 2  # any figure
 
 
 def test_where_two_runs_part_is_the_first_row_and_metric_that_differ_or_the_length_of_their_logs() -> None:

@@ -149,6 +149,40 @@ def test_every_batchnorm_of_a_model_gets_the_running_statistics_of_the_shards_in
         torch.testing.assert_close(norm.running_var, expected.running_var, rtol=1e-5, atol=1e-6)
 
 
+class Branching(nn.Module):
+    """A second BatchNorm on a branch that some inputs take (its first feature above 0) and others not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp, self.out = nn.Linear(5, 6), nn.Linear(6, 3)
+        self.norm, self.branch = nn.BatchNorm1d(6), nn.BatchNorm1d(6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(self.inp(x))
+        return self.out(self.branch(h) if x[0, 0] > 0 else h)
+
+
+def test_a_batchnorm_that_a_shard_does_not_reach_takes_nothing_from_that_shard():
+    """Shards 0 and 2 take the branch, 1 and 3 do not: the branch's BatchNorm updates twice, from
+    shards 0 and 2, not again from what shard 0 left. The oracle, as above: BatchNorm itself on a
+    copy of the model, shard by shard."""
+    torch.manual_seed(0)
+    model = Branching().train()
+    reference = copy.deepcopy(model)
+    inputs, targets = data(step=1)
+    for shard in range(SHARDS):
+        inputs[shard::SHARDS, 0] = 5.0 if shard % 2 == 0 else -5.0
+    shard_step(model, [(inputs, targets)], forward_of(model, 1), SHARDS)
+    with torch.no_grad():
+        for shard in range(SHARDS):
+            reference(inputs[shard::SHARDS].contiguous())
+    assert model.branch.num_batches_tracked.item() == reference.branch.num_batches_tracked.item() == 2
+    for name in ("norm", "branch"):
+        norm, expected = getattr(model, name), getattr(reference, name)
+        torch.testing.assert_close(norm.running_mean, expected.running_mean, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(norm.running_var, expected.running_var, rtol=1e-5, atol=1e-6)
+
+
 def test_a_parameter_no_shard_reached_keeps_no_gradient():
     model = Net()
     model.unused = nn.Linear(2, 2)

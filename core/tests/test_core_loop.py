@@ -43,6 +43,13 @@ def test_a_non_finite_value_in_any_one_gradient_with_a_finite_loss_stops_the_ste
     assert not bool(finite_step(torch.tensor(0.75), gradients_with(bad, where)))
 
 
+@pytest.mark.parametrize("loss", [0.5, math.nan])
+def test_a_step_that_reached_no_gradient_is_judged_by_its_loss(loss: float) -> None:
+    """No trainable parameter reached (a frozen model's step, an empty list of gradients): nothing to
+    check but the loss, as with None, and no error from a reduction over nothing."""
+    assert bool(finite_step(torch.tensor(loss), [])) is math.isfinite(loss)
+
+
 def test_the_finite_flag_stays_a_tensor_on_the_device_so_the_host_never_waits_for_it() -> None:
     flag = finite_step(torch.tensor(2.0, requires_grad=True) * 3, gradients_with(0.5))
     assert isinstance(flag, torch.Tensor) and flag.dtype == torch.bool and flag.shape == ()

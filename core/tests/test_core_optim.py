@@ -160,3 +160,12 @@ def test_warmup_then_gives_the_factor_of_each_step():
     assert [cosine(s) for s in range(8)] == pytest.approx([1 / 3, 2 / 3, *half_cosine, 0.1, 0.1])
     assert warmup_then("cosine", 0, 4)(4) == 0.0  # the floor's default: down to nothing
     assert [warmup_then("constant", 1, 4, 0.5)(s) for s in range(3)] == [0.5, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("warmup, end", [(0, 0), (5, 5)], ids=["a one-step run", "the decay ending with the warm-up"])
+def test_a_cosine_that_has_no_steps_to_fall_over_is_at_its_floor_from_its_end_on(warmup, end):
+    """--decay-steps equal to --warmup-steps, or a run of one step: nothing left to fall over, so the
+    floor from step `end` on (not a division of the fall by its length, zero)."""
+    factor = warmup_then("cosine", warmup, end, 0.1)
+    assert [factor(s) for s in range(end, end + 3)] == [0.1, 0.1, 0.1]
+    assert [factor(s) for s in range(warmup)] == pytest.approx([(s + 1) / (warmup + 1) for s in range(warmup)])

@@ -32,6 +32,22 @@ def test_each_precision_computes_a_matrix_product_in_its_own_dtype(precision: st
         assert torch.nn.Linear(3, 2)(torch.ones(1, 3)).dtype == dtype
 
 
+def test_compiling_on_the_cpu_takes_the_compiler_cxx_names_where_no_other_is_on_path(tmp_path, monkeypatch) -> None:
+    """Inductor builds its kernels with the compiler CXX names (a module system's, a toolchain in
+    /opt): with it, --compile can be tried though no g++, c++ or clang++ is on PATH; without it,
+    --compile is refused in one line, before the run starts."""
+    compiler = tmp_path / "toolchain" / "my-g++"
+    compiler.parent.mkdir()
+    compiler.write_text("#!/bin/sh\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))  # a folder with no compiler in it
+    monkeypatch.setenv("CXX", str(compiler))
+    assert compile_problem(CPU) is None
+    monkeypatch.delenv("CXX")
+    assert compile_problem(CPU) == ("--compile on the CPU needs a C++ compiler (g++ or clang++) on PATH; install one "
+                                    "or leave out --compile")
+
+
 def compile_error(kind: str) -> Exception:
     """An error of each kind torch.compile raises as it compiles: dynamo's, as it traces, and
     inductor's, as it generates and builds kernels (a C++ compiler that fails on one)."""

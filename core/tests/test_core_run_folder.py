@@ -11,6 +11,7 @@ import csv
 import json
 import os
 import sys
+import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -438,6 +439,26 @@ def test_rank_0_asked_for_tensorboard_gets_one_tracker_writing_into_the_run_fold
     pytest.importorskip("tensorboard", reason="tensorboard is the research size's optional extra, not the core's")
     trackers = make_trackers(SimpleNamespace(tensorboard=True), tmp_path, True)
     assert len(trackers) == 1 and (tmp_path / "tensorboard").is_dir()
+
+
+def test_each_row_tracked_is_in_tensorboards_event_file_at_once_as_a_killed_run_leaves_it(tmp_path: Path,
+                                                                                          monkeypatch) -> None:
+    """Read back while the writer is still open (a kill would never close it): every figure of the
+    row, not the fields that place it (epoch, step, split, the step's lr), under its split, at its
+    step. TensorBoard's writer writes its events from a thread of its own, here made slow (a busy
+    disk), so that only a tracker that waits for them finds them in the file when it returns."""
+    pytest.importorskip("tensorboard", reason="tensorboard is the research size's optional extra, not the core's")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    write = RecordWriter.write
+    monkeypatch.setattr(RecordWriter, "write", lambda self, data: (time.sleep(0.5), write(self, data))[1])
+    (track,) = make_trackers(SimpleNamespace(tensorboard=True), tmp_path, True)
+    track({"epoch": 0, "step": 4, "split": "train", "lr": 0.1, "loss": 0.5, "accuracy": 0.25})
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert sorted(events.Tags()["scalars"]) == ["train/accuracy", "train/loss"]
+    assert [(event.step, event.value) for event in events.Scalars("train/loss")] == [(4, 0.5)]
 
 
 def test_tensorboard_asked_for_without_its_package_is_refused_in_one_line_saying_what_to_install(monkeypatch) -> None:

@@ -4,6 +4,8 @@ as the process started with them, and the training process recognised whatever P
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import pytest
@@ -38,6 +40,30 @@ def test_a_run_folder_the_relaunch_cannot_read_leaves_the_default_for_train_to_r
     elif recorded is not None:
         (tmp_path / "config.json").write_text(recorded, encoding="utf-8")
     assert startup.seed_from_command_line(["--resume", "--out", str(tmp_path)], 42) == "42"
+
+
+# A fresh interpreter under -W error with NumPy's portable pin: NumPy warns as it loads of the names
+# it does not dispatch; argv[1] says whether the warning is quietened first.
+LOADS_NUMPY = """
+import sys
+from repro_core.engine.startup import quieten_numpys_pin_warning
+if sys.argv[1] == "quietened":
+    quieten_numpys_pin_warning()
+import numpy
+print("numpy loaded")
+"""
+
+
+@pytest.mark.skipif(startup.portable_problem() is not None, reason=f"the pins do not fit this CPU: "
+                    f"{startup.portable_problem()}")
+def test_under_the_portable_pin_numpy_loads_even_under_w_error_once_its_warning_is_quietened() -> None:
+    env = {**os.environ, "NPY_DISABLE_CPU_FEATURES": startup.PORTABLE_CPU_KERNELS["NPY_DISABLE_CPU_FEATURES"]}
+    loud, quiet = (subprocess.run([sys.executable, "-W", "error", "-c", LOADS_NUMPY, mode], capture_output=True,
+                                  text=True, env=env) for mode in ("loud", "quietened"))
+    if loud.returncode == 0:
+        pytest.skip("this NumPy dispatches every name of the pin here: it has no warning to quieten")
+    assert "ImportWarning" in loud.stderr  # the control: the warning is there, and -W error makes it fatal
+    assert quiet.returncode == 0 and quiet.stdout == "numpy loaded\n", quiet.stderr
 
 
 @pytest.mark.skipif(startup.portable_problem() is not None, reason=f"the pins do not fit this CPU: "
