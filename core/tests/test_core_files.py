@@ -148,6 +148,26 @@ def test_an_exception_while_writing_leaves_the_old_file_and_removes_the_temporar
     assert target.read_bytes() == b"old" and temporaries(target) == []
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="no /proc/self/fd to count descriptors in")
+def test_writes_that_succeed_or_fail_leave_no_descriptor_open(tmp_path: Path) -> None:
+    """A run writes its metrics, checkpoints and records thousands of times: each write must close
+    what it opened (the temporary file, and the folder it opens to fsync the rename), or a long run
+    dies of "Too many open files"."""
+    def open_descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    def failing(file: BinaryIO) -> None:
+        raise OSError("disk full")
+
+    before = open_descriptors()
+    for step in range(20):
+        write_json(tmp_path / "sub" / "summary.json", {"step": step})
+        with pytest.raises(OSError, match="disk full"):
+            atomic_write(tmp_path / "sub" / "checkpoint.pt", failing)
+    assert open_descriptors() == before
+    assert json.loads((tmp_path / "sub" / "summary.json").read_text()) == {"step": 19}
+
+
 def test_atomic_write_gives_a_new_file_the_usual_permissions(tmp_path: Path) -> None:
     previous = os.umask(0o027)
     try:
@@ -238,6 +258,22 @@ def test_a_run_file_holding_json_that_is_no_object_is_one_line_naming_it(tmp_pat
     with pytest.raises(RunError) as raised:
         read_json(path, required=True)
     assert str(raised.value) == f"{path} is corrupt (not a JSON object)"
+
+
+@pytest.mark.parametrize(("content", "reason"), [
+    (b"\xff\xfe{}", "'utf-8' codec can't decode byte 0xff in position 0"),
+    (b'{"seed": 4', "Expecting ',' delimiter"),
+    (b"", "Expecting value: line 1 column 1 (char 0)"),
+], ids=["not UTF-8 (a binary file copied over it)", "cut short", "empty"])
+def test_a_run_file_that_is_no_json_is_one_line_saying_it_is_corrupt_and_why(tmp_path: Path, content: bytes,
+                                                                               reason: str) -> None:
+    """Neither bytes that are no text nor text that is no JSON end verify, compare or study in a
+    traceback: read_json says the file is corrupt, and why, in one line."""
+    path = tmp_path / "config.json"
+    path.write_bytes(content)
+    with pytest.raises(RunError) as raised:
+        read_json(path, required=False)
+    assert str(raised.value).startswith(f"{path} is corrupt ({reason}") and "\n" not in str(raised.value)
 
 
 def test_write_json_round_trips_floats_exactly(tmp_path: Path) -> None:

@@ -113,6 +113,21 @@ def test_importing_the_package_or_startup_imports_no_torch(module: str) -> None:
     assert out.strip() == "[]"
 
 
+def test_a_name_of_a_module_without_torch_loads_no_torch_through_the_package() -> None:
+    """`from repro_core import restart_with_hash_seed` runs before torch is imported (the hash-seed
+    restart then costs one bare interpreter start), so the package must load such a name from the
+    module that defines it, not from one that re-exports it after importing torch. The control: a
+    name of utils/repro.py does load torch, so the check can see it."""
+    out = run_python("""
+        import sys
+        from repro_core import atomic_write, hash_seed_in_effect, restart_with_hash_seed, write_json
+        print("torch" in sys.modules)
+        from repro_core import seed_everything
+        print("torch" in sys.modules)
+    """).stdout
+    assert out.split() == ["False", "True"]
+
+
 def test_every_exported_name_loads_through_the_lazy_getattr() -> None:
     """Each name of __all__ is the object its module defines; the package lists it in dir()."""
     import importlib

@@ -55,6 +55,26 @@ def test_the_real_time_signals_have_names_that_say_what_they_mean():
     assert signal_name(signal.SIGTERM) == "SIGTERM" and PASSED_ON != PARENT_DIED
 
 
+@pytest.mark.skipif(PASSED_ON is None or PARENT_DIED is None, reason="real-time signals are Linux's")
+def test_each_stop_signal_really_sent_is_a_stop_request_not_the_end_of_the_process() -> None:
+    """Sent for real (in a child: a real-time signal's default action ends the process), each of the
+    four is taken by the handler and becomes `stop.signum`, so that the run stops after its step with
+    a checkpoint; the process lives on to say so."""
+    out = run_python("""
+        import os, signal
+        from repro_core.engine.signals import PARENT_DIED, PASSED_ON, StopSignals, signal_name
+        for signum in (PASSED_ON, PARENT_DIED, signal.SIGTERM, signal.SIGINT):
+            with StopSignals() as stop:
+                os.kill(os.getpid(), signum)
+                for _ in range(1000):  # Python runs the handler between bytecodes, at once
+                    if stop.signum is not None:
+                        break
+            print(signal_name(stop.signum) if stop.signum == signum else f"not taken: {signum}")
+    """, check=False)
+    assert (out.returncode, out.stdout.splitlines()) == (0, [
+        "a stop passed on by the command that started it", "its parent process died", "SIGTERM", "SIGINT"])
+
+
 def test_the_handlers_found_on_entry_are_put_back_on_exit() -> None:
     """After a run inside a process that goes on (a notebook, a study's in-process main()), Ctrl-C
     is what it was before (Python's KeyboardInterrupt), and a handler of the caller's own is its own."""

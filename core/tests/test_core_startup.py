@@ -75,6 +75,30 @@ def test_portable_sets_every_pin_numpys_included() -> None:
     assert startup.run_environment([], 42) == {"PYTHONHASHSEED": "42"}  # native: no pin
 
 
+@pytest.mark.parametrize("source", ["--config toml", "--config json", "--resume"])
+def test_portable_kernels_from_a_settings_file_or_a_resumed_run_are_pinned_as_when_typed(
+        source: str, tmp_path, monkeypatch) -> None:
+    """The pins follow the setting wherever train reads it from: a settings file written with the
+    dashed name (as typed) or the underscored one, or the config.json of the run --resume continues;
+    otherwise a run recorded as portable would start on native kernels. The CPU's own fitness is
+    taken as given here (portable_problem is the test above's); the control: native, from the same
+    places, pins nothing."""
+    monkeypatch.setattr(startup, "portable_problem", lambda cpu=None: None)
+
+    def argv(kernels: str) -> list[str]:
+        if source == "--config toml":
+            (tmp_path / "settings.toml").write_text(f'cpu-kernels = "{kernels}"\n', encoding="utf-8")
+            return ["--config", str(tmp_path / "settings.toml")]
+        if source == "--config json":
+            (tmp_path / "settings.json").write_text(f'{{"cpu_kernels": "{kernels}"}}', encoding="utf-8")
+            return ["--config", str(tmp_path / "settings.json")]
+        (tmp_path / "config.json").write_text(f'{{"seed": 42, "cpu_kernels": "{kernels}"}}', encoding="utf-8")
+        return ["--resume", "--out", str(tmp_path)]
+
+    assert startup.run_environment(argv("portable"), 42) == {"PYTHONHASHSEED": "42", **startup.PORTABLE_CPU_KERNELS}
+    assert startup.run_environment(argv("native"), 42) == {"PYTHONHASHSEED": "42"}
+
+
 @pytest.mark.skipif(startup.initial_environment() is None, reason="this system does not say what a process "
                     "started with (no /proc)")
 def test_the_kernel_variables_are_those_the_process_started_with_not_a_later_change(
