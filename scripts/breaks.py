@@ -32,6 +32,7 @@
     python scripts/breaks.py core-catches --set independent-core-7 # its seventh
     python scripts/breaks.py core-catches --set independent-core-8 # its eighth
     python scripts/breaks.py core-catches --set independent-core-9 # its ninth
+    python scripts/breaks.py core-catches --set independent-core-10 # its tenth
 
 A break replaces one piece of text inside one function (or method, `Class.method`; `<module>` for a
 statement outside any) of one file of the package: the text must be there exactly once, so that a
@@ -222,7 +223,8 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
         "independent-core-6": "kill-ratio-independent-core-6.json",
         "independent-core-7": "kill-ratio-independent-core-7.json",
         "independent-core-8": "kill-ratio-independent-core-8.json",
-        "independent-core-9": "kill-ratio-independent-core-9.json"}
+        "independent-core-9": "kill-ratio-independent-core-9.json",
+        "independent-core-10": "kill-ratio-independent-core-10.json"}
 # The size a set breaks; the others break the research size, but CORE_SETS', which break core/
 # itself and are tried by core-catches against core/tests/ alone.
 SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teaching",
@@ -234,7 +236,7 @@ SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teach
 # core-catches' rounds: breaks of core/ itself.
 CORE_SETS = ("independent-core", "independent-core-2", "independent-core-3", "independent-core-4",
              "independent-core-5", "independent-core-6", "independent-core-7", "independent-core-8",
-             "independent-core-9")
+             "independent-core-9", "independent-core-10")
 
 
 def nearby_tests(project: Path, brk: Break) -> list[str]:
@@ -517,7 +519,7 @@ def main() -> int:
                         "the mutation suite, or an independent round written from the docs alone (of the "
                         "research size, independent-2 to -5 its second to fifth rounds; independent-teaching "
                         "and its second to eleventh rounds, -2 to -11: of the teaching size, whose suite is one "
-                        "tier; core-catches: independent-core and its second to ninth rounds, -2 to -9: the "
+                        "tier; core-catches: independent-core and its second to tenth rounds, -2 to -10: the "
                         "core's, against core/tests/)")
     parser.add_argument("--out", type=Path, help="kill-ratio: the record (default: breaks/kill-ratio.json, or "
                         "breaks/kill-ratio-independent.json for --set independent)")
