@@ -500,7 +500,8 @@ def test_the_readme_quotes_the_plain_rounds_record_as_it_is(kind: str, heading: 
                                                ("independent-core-6", "The core's sixth round"),
                                                ("independent-core-7", "The core's seventh round"),
                                                ("independent-core-8", "The core's eighth round"),
-                                               ("independent-core-9", "The core's ninth round")])
+                                               ("independent-core-9", "The core's ninth round"),
+                                               ("independent-core-10", "The core's tenth round")])
 def test_the_readme_quotes_the_cores_round_record_as_it_is(kind: str, heading: str):
     """breaks/kill-ratio-<kind>.json (`python scripts/breaks.py core-catches --set <kind>`) holds a
     result for every break of breaks/<kind>.toml, in its order, each tried against core/tests/ alone,

@@ -306,6 +306,23 @@ def test_read_run_reads_a_run_and_says_in_one_line_what_a_folder_it_cannot_read_
         assert piece in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("summary", ['{"seed": 1, "steps": 1}', '{"weights_sha256": null}', '{"weights_sha256": 7}'],
+                         ids=["no hash", "null", "a number"])
+def test_a_summary_without_its_weights_hash_is_refused_in_one_line_not_read_as_finished(summary: str,
+                                                                                         tmp_path: Path) -> None:
+    """A finished run's summary.json holds the weights hash that verify, compare and study compare:
+    one without it (hand-edited, written by another tool) is corrupt, said in one line, rather
+    than a finished run whose hash is then missing. The control: with its hash, it reads."""
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")
+    (tmp_path / "metrics.csv").write_text("epoch,step,split,lr,loss\n0,1,train,0.1,2.5\n", encoding="utf-8")
+    (tmp_path / "summary.json").write_text(summary, encoding="utf-8")
+    with pytest.raises(RunError) as error:
+        read_run(tmp_path)
+    assert str(error.value) == f"{tmp_path / 'summary.json'} is corrupt (no weights_sha256)"
+    (tmp_path / "summary.json").write_text('{"weights_sha256": "ab12"}', encoding="utf-8")
+    assert read_run(tmp_path).summary == {"weights_sha256": "ab12"}
+
+
 @pytest.mark.parametrize("row", [
     "0,2,test,,2.5,0.25", "0,2,,,2.5,0.25", "0,two,val,,2.5,0.25", "0,2,val,,fast,0.25", "0,2,val,0.1,2.5,0.25",
     "0,2,train,,2.5,0.25",
@@ -462,6 +479,20 @@ def test_a_lock_taken_by_a_relative_path_is_released_after_a_chdir(tmp_path: Pat
         release()
         assert locker.lock(run) is None
         locker.unlock(run)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="no /proc/self/fd to count descriptors in")
+def test_a_refused_lock_keeps_no_descriptor_open(tmp_path: Path, locker: Locker) -> None:
+    """A notebook, a test or a study that calls main() in-process may be refused again and again
+    while another run writes the folder: each refusal must close the folder it opened, or the
+    process runs out of descriptors, none of which unlock_folder knows of."""
+    assert locker.lock(tmp_path) is None
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        assert "is in use" in lock_folder(tmp_path)
+    assert len(os.listdir("/proc/self/fd")) == before
+    locker.unlock(tmp_path)
+    assert lock_folder(tmp_path) is None  # the control: taken once the other lets go
 
 
 def test_the_lock_of_a_killed_holder_is_released(tmp_path: Path) -> None:

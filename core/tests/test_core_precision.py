@@ -10,7 +10,8 @@ import os
 import pytest
 import torch
 from core_helpers import run_python
-from repro_core.engine.precision import autocast, compile_failure, compile_problem, make_scaler
+from repro_core.engine import precision
+from repro_core.engine.precision import autocast, compile_failure, compile_problem, make_scaler, precision_problem
 
 CPU = torch.device("cpu")
 
@@ -30,6 +31,27 @@ def test_each_precision_computes_a_matrix_product_in_its_own_dtype(precision: st
     and a run recorded as one must not compute in the other."""
     with autocast(precision, CPU):
         assert torch.nn.Linear(3, 2)(torch.ones(1, 3)).dtype == dtype
+
+
+def test_a_gpu_without_bfloat16_refuses_bf16_alone_in_one_line_and_takes_fp16(monkeypatch) -> None:
+    """A V100 or a T4 has no bfloat16: --precision bf16 is refused there, in one line that names the
+    GPU and sends the user to fp16, which that GPU (and its GradScaler) is there for, and which must
+    not be refused with it. Stand-ins: the GPU's answers (this machine may have none), and its tiny
+    product under autocast computed on the CPU. The control: a GPU with bfloat16 takes bf16."""
+    real_ones, real_autocast, real_scaler = torch.ones, precision.autocast, precision.make_scaler
+    cpu = torch.device("cpu")
+    has_bf16 = [False]
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: has_bf16[0])
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100-SXM2-16GB")
+    monkeypatch.setattr(torch, "ones", lambda *shape, device=None, **kwargs: real_ones(*shape, **kwargs))
+    monkeypatch.setattr(precision, "autocast", lambda wanted, device: real_autocast(wanted, cpu))
+    monkeypatch.setattr(precision, "make_scaler", lambda wanted, device: real_scaler(wanted, cpu))
+    gpu = torch.device("cuda", 0)
+    assert precision_problem("bf16", gpu) == ("--precision bf16: Tesla V100-SXM2-16GB has no bfloat16 support; "
+                                              "try fp16 or fp32")
+    assert precision_problem("fp16", gpu) is None and precision_problem("fp32", gpu) is None
+    has_bf16[0] = True
+    assert precision_problem("bf16", gpu) is None
 
 
 def test_compiling_on_the_cpu_takes_the_compiler_cxx_names_where_no_other_is_on_path(tmp_path, monkeypatch) -> None:

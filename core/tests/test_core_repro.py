@@ -188,6 +188,32 @@ def test_seed_micro_step_seeds_from_seed_step_micro_batch_and_rank_alone() -> No
     assert draws() == expected
 
 
+def test_a_micro_step_on_a_gpu_seeds_that_gpus_generator_from_its_key(monkeypatch) -> None:
+    """Dropout on a GPU draws from the GPU's own generator: keying only the CPU's would leave each
+    step's masks to whatever ran before on the GPU (a resume, another worker count: other masks).
+    Stand-ins for the current device and the seeding record which GPU is seeded with what (this
+    machine may have none); the key is computed here as documented."""
+    current, seeded = [0], []
+
+    class MadeCurrent:
+        def __init__(self, index: int) -> None:
+            self.index, self.before = index, current[0]
+
+        def __enter__(self) -> None:
+            current[0] = self.before if self.index == -1 else self.index
+
+        def __exit__(self, *exc_info) -> None:
+            current[0] = self.before
+
+    monkeypatch.setattr(torch.cuda, "device", MadeCurrent)
+    monkeypatch.setattr(torch.cuda, "manual_seed", lambda seed: seeded.append((current[0], seed)))
+    seed_micro_step(3, 17, 1, 2, torch.device("cuda", 1))
+    seed_micro_step(3, 17, 0, 0, torch.device("cuda"))
+    seed_micro_step(3, 17, 0, 0, torch.device("cpu"))  # the control: a CPU has no generator of its own
+    assert seeded == [(1, keyed_seed(derive_seed(3, Stream.STEP, 2), 17, 1)),
+                      (0, keyed_seed(derive_seed(3, Stream.STEP, 0), 17, 0))] and current == [0]
+
+
 # --- the weights hash ----------------------------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from repro_core.engine import startup
@@ -110,3 +111,35 @@ def test_portable_takes_an_x86_64_cpu_by_either_name_its_system_gives_it(machine
     another kind is refused in one sentence naming it."""
     problem = startup.portable_problem({"machine": machine, "model": "a CPU", "flags": {"avx2", "fma"}})
     assert (problem is None) if taken else (f"this CPU is {machine}: there is no such pin here" in problem)
+
+
+# What sysctl says of an Intel Mac (a Core i9-9880H): CPUID leaf 1's features (FMA among them) under
+# machdep.cpu.features, leaf 7's (AVX2 among them) under machdep.cpu.leaf7_features.
+INTEL_MAC = {
+    "machdep.cpu.brand_string": "Intel(R) Core(TM) i9-9880H CPU @ 2.30GHz",
+    "machdep.cpu.features": "FPU VME DE PSE TSC MSR PAE MCE CX8 APIC SEP MTRR PGE MCA CMOV PAT PSE36 CLFSH DS ACPI "
+                            "MMX FXSR SSE SSE2 SS HTT TM PBE SSE3 PCLMULQDQ DTES64 MON DSCPL VMX SMX EST TM2 SSSE3 FMA "
+                            "CX16 TPR PDCM SSE4.1 SSE4.2 x2APIC MOVBE POPCNT AES PCID XSAVE OSXSAVE SEGLIM64 TSCTMR "
+                            "AVX1.0 RDRAND F16C",
+    "machdep.cpu.leaf7_features": "RDWRFSGS TSC_THREAD_OFFSET SGX BMI1 HLE AVX2 SMEP BMI2 ERMS INVPCID RTM FPU_CSDS "
+                                  "MPX RDSEED ADX SMAP CLFSOPT IPT MDCLEAR TSXFA IBRS STIBP L1DF SSBD",
+}
+
+
+@pytest.mark.parametrize(("answers", "refusal"), [
+    (INTEL_MAC, None),
+    ({**INTEL_MAC, "machdep.cpu.leaf7_features": "RDWRFSGS BMI1 SMEP"}, "lacks avx2"),
+    ({}, "cannot tell whether this CPU has AVX2 and FMA"),
+], ids=["an Intel Mac", "one without AVX2", "sysctl says nothing"])
+def test_an_intel_macs_flags_are_read_from_both_of_sysctls_lists(answers: dict, refusal: str | None,
+                                                                  monkeypatch) -> None:
+    """macOS lists FMA among a CPU's basic features and AVX2 among leaf 7's: read together, an Intel
+    Mac that has both may pin portable kernels, as a Linux machine with the same CPU does.
+    Stand-ins: the platform and sysctl's answers (this machine is not a Mac)."""
+    monkeypatch.setattr(startup, "sys", SimpleNamespace(platform="darwin"))
+    monkeypatch.setattr(startup, "platform", SimpleNamespace(machine=lambda: "x86_64", processor=lambda: "i386"))
+    monkeypatch.setattr(startup, "sysctl", answers.get)
+    cpu = startup.cpu_info()
+    assert cpu["model"] == answers.get("machdep.cpu.brand_string", "i386")
+    problem = startup.portable_problem(cpu)
+    assert problem is None if refusal is None else refusal in problem
