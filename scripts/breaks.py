@@ -22,6 +22,7 @@
     python scripts/breaks.py kill-ratio --set independent-3 --tiers plain   # its third
     python scripts/breaks.py kill-ratio --set independent-4 --tiers plain   # its fourth
     python scripts/breaks.py kill-ratio --set independent-5 --tiers plain   # its fifth
+    python scripts/breaks.py kill-ratio --set independent-6 --tiers plain   # its sixth
     python scripts/breaks.py core-catches     # the mutation suite's breaks of core files, each against core/tests/
     python scripts/breaks.py core-catches --set independent-core   # the core's independent round, recorded
     python scripts/breaks.py core-catches --set independent-core-2 # its second, of core/src/repro_core/engine/
@@ -33,6 +34,7 @@
     python scripts/breaks.py core-catches --set independent-core-8 # its eighth
     python scripts/breaks.py core-catches --set independent-core-9 # its ninth
     python scripts/breaks.py core-catches --set independent-core-10 # its tenth
+    python scripts/breaks.py core-catches --set independent-core-11 # its eleventh
 
 A break replaces one piece of text inside one function (or method, `Class.method`; `<module>` for a
 statement outside any) of one file of the package: the text must be there exactly once, so that a
@@ -215,6 +217,7 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
         "independent-teaching-11": "kill-ratio-independent-teaching-11.json",
         "independent-2": "kill-ratio-independent-2.json", "independent-3": "kill-ratio-independent-3.json",
         "independent-4": "kill-ratio-independent-4.json", "independent-5": "kill-ratio-independent-5.json",
+        "independent-6": "kill-ratio-independent-6.json",
         "independent-core": "kill-ratio-independent-core.json",
         "independent-core-2": "kill-ratio-independent-core-2.json",
         "independent-core-3": "kill-ratio-independent-core-3.json",
@@ -224,7 +227,8 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
         "independent-core-7": "kill-ratio-independent-core-7.json",
         "independent-core-8": "kill-ratio-independent-core-8.json",
         "independent-core-9": "kill-ratio-independent-core-9.json",
-        "independent-core-10": "kill-ratio-independent-core-10.json"}
+        "independent-core-10": "kill-ratio-independent-core-10.json",
+        "independent-core-11": "kill-ratio-independent-core-11.json"}
 # The size a set breaks; the others break the research size, but CORE_SETS', which break core/
 # itself and are tried by core-catches against core/tests/ alone.
 SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teaching",
@@ -236,7 +240,7 @@ SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teach
 # core-catches' rounds: breaks of core/ itself.
 CORE_SETS = ("independent-core", "independent-core-2", "independent-core-3", "independent-core-4",
              "independent-core-5", "independent-core-6", "independent-core-7", "independent-core-8",
-             "independent-core-9", "independent-core-10")
+             "independent-core-9", "independent-core-10", "independent-core-11")
 
 
 def nearby_tests(project: Path, brk: Break) -> list[str]:
@@ -517,9 +521,9 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="patches: only compare; change nothing")
     parser.add_argument("--set", default="mutations", choices=list(SETS), help="kill-ratio: which breaks: "
                         "the mutation suite, or an independent round written from the docs alone (of the "
-                        "research size, independent-2 to -5 its second to fifth rounds; independent-teaching "
+                        "research size, independent-2 to -6 its second to sixth rounds; independent-teaching "
                         "and its second to eleventh rounds, -2 to -11: of the teaching size, whose suite is one "
-                        "tier; core-catches: independent-core and its second to tenth rounds, -2 to -10: the "
+                        "tier; core-catches: independent-core and its second to eleventh rounds, -2 to -11: the "
                         "core's, against core/tests/)")
     parser.add_argument("--out", type=Path, help="kill-ratio: the record (default: breaks/kill-ratio.json, or "
                         "breaks/kill-ratio-independent.json for --set independent)")
