@@ -473,7 +473,8 @@ def test_the_mutation_tool_leaves_out_the_tests_that_start_a_process_and_keeps_t
                                                ("independent-2", "The research size's second round"),
                                                ("independent-3", "The research size's third round"),
                                                ("independent-4", "The research size's fourth round"),
-                                               ("independent-5", "The research size's fifth round")])
+                                               ("independent-5", "The research size's fifth round"),
+                                               ("independent-6", "The research size's sixth round")])
 def test_the_readme_quotes_the_plain_rounds_record_as_it_is(kind: str, heading: str):
     """breaks/kill-ratio-<kind>.json (`python scripts/breaks.py kill-ratio --set <kind> --tiers
     plain`) holds results only for breaks of breaks/<kind>.toml, in its order, each tried against
@@ -501,7 +502,8 @@ def test_the_readme_quotes_the_plain_rounds_record_as_it_is(kind: str, heading: 
                                                ("independent-core-7", "The core's seventh round"),
                                                ("independent-core-8", "The core's eighth round"),
                                                ("independent-core-9", "The core's ninth round"),
-                                               ("independent-core-10", "The core's tenth round")])
+                                               ("independent-core-10", "The core's tenth round"),
+                                               ("independent-core-11", "The core's eleventh round")])
 def test_the_readme_quotes_the_cores_round_record_as_it_is(kind: str, heading: str):
     """breaks/kill-ratio-<kind>.json (`python scripts/breaks.py core-catches --set <kind>`) holds a
     result for every break of breaks/<kind>.toml, in its order, each tried against core/tests/ alone,

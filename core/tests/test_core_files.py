@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import BinaryIO
 import pytest
 import torch
 from core_helpers import PYTHON
-from repro_core.engine.files import atomic_write, file_place_problem, write_json
+from repro_core.engine.files import atomic_write, file_place_problem, scratch_problem, write_json
 from repro_core.engine.run_folder import (
     MetricsLog,
     beats,
@@ -517,3 +518,20 @@ def test_the_result_records_the_runs_endings_beside_its_figures_and_the_weights_
     assert summary["weights_sha256"] == state_dict_sha256(torch.load(tmp_path / "model.pt", weights_only=True))
     plain = write_result(tmp_path, config, torch.device("cpu"), weights, 7, 1.5, {"loss": 0.25}, "loss")
     assert "early_stop_step" not in plain and "best" not in plain  # the control: none unless given
+
+
+def test_the_scratch_check_leaves_nothing_behind_and_refuses_a_temporary_folder_it_cannot_use(
+        tmp_path: Path, monkeypatch) -> None:
+    """verify and doctor ask, before they train, whether a scratch folder can be made where temporary
+    files go: the check makes one and removes it, so that nothing piles up in /tmp (or a cluster's
+    shared TMPDIR) run after run. The control: a temporary folder under a file is refused in one
+    line that names it and says what to do."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for _ in range(3):
+        assert scratch_problem() is None
+    assert sorted(tmp_path.iterdir()) == []
+    (tmp_path / "a-file").write_text("", encoding="utf-8")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "a-file" / "tmp"))
+    problem = scratch_problem()
+    assert problem.startswith(f"cannot make a scratch folder in {tmp_path / 'a-file' / 'tmp'} (")
+    assert problem.endswith("set TMPDIR to a folder where files can be written") and "\n" not in problem

@@ -13,6 +13,7 @@ import pytest
 import torch
 from repro_core.engine.loop import NonFiniteStep, StepRows, accumulation_windows, add_sums, finite_step, read_back
 from repro_core.engine.run_folder import MetricsLog
+from repro_core.engine.runs import read_metrics
 from torch import nn
 
 CPU = torch.device("cpu")
@@ -121,6 +122,23 @@ def test_steps_that_are_all_finite_write_their_rows_and_raise_nothing(tmp_path: 
         assert log.rows == 6  # two flushes of three rows; the seventh waits for the next
         rows.flush()
     assert written_steps(log) == [(step, float(step)) for step in range(1, 8)]
+
+
+
+def test_each_training_row_holds_the_learning_rate_its_step_took_and_reads_back_as_a_run(tmp_path: Path) -> None:
+    """metrics.csv's lr column is the schedule the run took, which plot, compare and verify read:
+    each step's row holds the learning rate handed to add() with its sums, as that exact float,
+    whichever flush wrote it; and the file reads back as a run's (a training row needs its lr)."""
+    rates = [0.0, 0.1, 1e-3 / 3, 0.05, 2.5e-4]  # a warm-up's first zero, and a float no short decimal writes
+    log = metrics_log(tmp_path)
+    with log:
+        rows = StepRows(log, SumOfSquares, CPU, every=2)
+        for step, lr in enumerate(rates, 1):
+            rows.add(0, step, step_sums(1.0), finite_step(torch.tensor(1.0), gradients_with(0.5)), lr=lr)
+        rows.flush()
+    written, names = read_metrics(log.path)
+    assert [(int(row["step"]), row["split"], float(row["lr"])) for row in written] == \
+        [(step, "train", lr) for step, lr in enumerate(rates, 1)] and names == ("loss",)
 
 
 @pytest.mark.parametrize("items, accumulate", [(12, 3), (10, 3), (11, 4), (2, 5), (5, 5), (7, 1), (0, 4), (1, 2)])

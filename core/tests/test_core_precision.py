@@ -54,6 +54,23 @@ def test_a_gpu_without_bfloat16_refuses_bf16_alone_in_one_line_and_takes_fp16(mo
     assert precision_problem("bf16", gpu) is None
 
 
+
+@pytest.mark.parametrize("wanted", ["bf16", "fp16"])
+def test_an_autocast_that_turns_itself_off_is_refused_in_one_line_naming_the_dtype_it_gave(wanted: str,
+                                                                                        monkeypatch) -> None:
+    """Where a device lacks a dtype, torch's autocast does not raise: it warns and turns itself off,
+    so a run recorded as bf16 or fp16 would train in float32. The check's product is then float32,
+    and the precision is refused in one line. Stand-in: autocast to a dtype the CPU's autocast
+    lacks, which is torch's own autocast turning itself off, on this machine. The control: the
+    CPU's real autocast takes both."""
+    assert precision_problem(wanted, CPU) is None
+    monkeypatch.setattr(precision, "autocast", lambda wanted, device: torch.autocast("cpu", dtype=torch.float64))
+    with pytest.warns(UserWarning, match="Disabling autocast"):
+        problem = precision_problem(wanted, CPU)
+    assert problem == (f"--precision {wanted} is not available on cpu (autocast gave torch.float32); "
+                       "try --precision fp32")
+
+
 def test_compiling_on_the_cpu_takes_the_compiler_cxx_names_where_no_other_is_on_path(tmp_path, monkeypatch) -> None:
     """Inductor builds its kernels with the compiler CXX names (a module system's, a toolchain in
     /opt): with it, --compile can be tried though no g++, c++ or clang++ is on PATH; without it,

@@ -104,6 +104,29 @@ def test_a_cpu_whose_flags_the_system_does_not_say_is_refused_portable_in_one_li
     assert "lacks fma" in startup.portable_problem({**unknown, "flags": {"avx2"}})
 
 
+
+# The first processor of /proc/cpuinfo on an x86 machine (an AMD EPYC) and on an ARM one (an AWS
+# Graviton2: no model name, its instruction sets under Features), each followed by the second.
+X86_CPUINFO = ("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n"
+               "flags\t\t: fpu sse2 avx fma avx2\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+ARM_CPUINFO = ("processor\t: 0\nBogoMIPS\t: 243.75\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 "
+               "atomics\nCPU implementer\t: 0x41\nCPU architecture: 8\nCPU part\t: 0xd0c\n\n"
+               "processor\t: 1\nFeatures\t: fp\n")
+
+
+@pytest.mark.parametrize(("cpuinfo", "model", "flags"), [
+    (X86_CPUINFO, "AMD EPYC 7B13", {"fpu", "sse2", "avx", "fma", "avx2"}),
+    (ARM_CPUINFO, None, {"fp", "asimd", "evtstrm", "aes", "pmull", "sha1", "sha2", "crc32", "atomics"}),
+    ("processor\t: 0\nBogoMIPS\t: 50.00\n", None, None),
+], ids=["x86", "ARM", "neither"])
+def test_linux_names_a_cpus_instruction_sets_as_x86_flags_or_arm_features(cpuinfo: str, model: str | None,
+                                                                          flags: set[str] | None) -> None:
+    """The run's record keeps the CPU's instruction sets, which pick its kernels and so the bits of
+    a run: x86 lists them under `flags`, ARM (Graviton, Ampere, Grace) under `Features`; both are
+    read, from the first processor only. None only where the system says neither."""
+    assert startup.linux_cpu(cpuinfo) == (model, flags)
+
+
 @pytest.mark.parametrize(("machine", "taken"), [("x86_64", True), ("amd64", True), ("aarch64", False),
                                                 ("arm64", False), ("i686", False)])
 def test_portable_takes_an_x86_64_cpu_by_either_name_its_system_gives_it(machine: str, taken: bool) -> None:

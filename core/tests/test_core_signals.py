@@ -93,24 +93,28 @@ def test_the_handlers_found_on_entry_are_put_back_on_exit() -> None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or PARENT_DIED is None, reason="prctl is Linux's")
-def test_a_parent_that_dies_while_the_child_makes_its_request_is_caught(monkeypatch) -> None:
+@pytest.mark.parametrize("adopter", [1, 777, None], ids=["init", "a subreaper", "the control: no death"])
+def test_a_parent_that_dies_while_the_child_makes_its_request_is_caught(adopter: int | None, monkeypatch) -> None:
     """The kernel sends nothing for a parent that died before the request: the parent read before
     the request, and read again after, tells. Here the parent dies during it (a stand-in libc,
-    whose prctl re-parents this process to init), and the child sends itself PARENT_DIED."""
+    whose prctl re-parents this process), and the child sends itself PARENT_DIED. The orphan is
+    adopted by init, or by a subreaper that is not pid 1 (systemd --user, a container's tini, tmux's
+    server, a scheduler's shepherd). The control: a parent that lives on, and nothing is sent."""
     from repro_core.engine import signals
 
     parents, sent = [4321], []
 
     class Libc:
         def prctl(self, *args: int) -> int:
-            parents[0] = 1  # the parent died: init adopted this process
+            if adopter is not None:
+                parents[0] = adopter  # the parent died: the adopter took this process
             return 0
 
     monkeypatch.setattr(signals.ctypes, "CDLL", lambda *args, **kwargs: Libc())
     monkeypatch.setattr(signals.os, "getppid", lambda: parents[0])
     monkeypatch.setattr(signals.os, "kill", lambda pid, signum: sent.append((pid, signum)))
     signals.die_with_parent()
-    assert sent == [(os.getpid(), PARENT_DIED)]
+    assert sent == ([] if adopter is None else [(os.getpid(), PARENT_DIED)])
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or PARENT_DIED is None, reason="prctl is Linux's")

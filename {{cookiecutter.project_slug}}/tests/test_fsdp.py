@@ -1,8 +1,11 @@
 """Specifications of --parallel fsdp (FSDP2, sharded checkpoints) and of a resume with another
 world size, under torchrun: gloo processes on the CPU, started the way users start them.
 
-Selected with `pytest -m distributed`. One set-up starts every run at once, in two rounds: the
-runs, and the resumes of those that were stopped. A global batch of 12 lets 1, 2 and 3 processes
+The tests that need torchrun's runs are marked `distributed` (selected with `pytest -m
+distributed`); those that start no process (the sharded checkpoint's files, the refusals made
+before a process group is joined without a launch, the evaluation passes, verify's launches of a
+resumed run's world sizes) run in plain `pytest`. One set-up starts every run at once, in two
+rounds: the runs, and the resumes of those that were stopped. A global batch of 12 lets 1, 2 and 3 processes
 share every step; 100 samples leave 4 for an epoch's last step (3 processes pad them to 6), and
 give 3 processes 34, 33 and 33 validation samples: 4, 3 and 3 evaluation batches of 11, which FSDP
 must still run in step (every forward pass gathers weights from every rank).
@@ -49,8 +52,6 @@ from conftest import (
     value_of,
     wait_until,
 )
-
-pytestmark = pytest.mark.distributed
 
 SAMPLES, BATCH = 100, 12
 FLAGS = ("--epochs", "2", "--device", "cpu", "--checkpoint-every", "4", "--max-samples", str(SAMPLES),
@@ -158,6 +159,7 @@ def runs(launched):
 
 # ---- FSDP repeats, resumes and stops like DDP -------------------------------------------------
 
+@pytest.mark.distributed
 def test_two_fsdp_launches_with_one_seed_give_identical_weights_and_rows(runs):
     first, second = runs["fsdp"], runs["fsdp_again"]
     assert first.config["parallel"] == "fsdp" and first.config["world_size"] == first.summary["world_size"] == 2
@@ -165,10 +167,12 @@ def test_two_fsdp_launches_with_one_seed_give_identical_weights_and_rows(runs):
     assert first.weights == second.weights
 
 
+@pytest.mark.distributed
 def test_another_seed_under_fsdp_gives_other_weights(runs):
     assert runs["fsdp_seed8"].weights != runs["fsdp"].weights
 
 
+@pytest.mark.distributed
 def test_fsdp_on_two_gloo_ranks_computes_the_bits_of_ddp(runs):
     """Not a promise (--parallel is recorded as a machine setting) but a fact of this stack worth a
     test: with two ranks, an all-reduce and a reduce-scatter add the same two numbers, and halving
@@ -177,6 +181,7 @@ def test_fsdp_on_two_gloo_ranks_computes_the_bits_of_ddp(runs):
     assert runs["fsdp"].weights == runs["ddp"].weights
 
 
+@pytest.mark.distributed
 def test_a_killed_fsdp_run_resumed_has_every_row_and_the_weights_of_the_run_never_stopped(launched, runs):
     returncode, stderr = launched["ended"]["fsdp_killed"]
     assert returncode != 0 and "exitcode  : -9" in stderr  # a real kill, of the training processes
@@ -185,6 +190,7 @@ def test_a_killed_fsdp_run_resumed_has_every_row_and_the_weights_of_the_run_neve
     assert "skipping damaged checkpoint" not in launched["resumed"]["fsdp_killed"]
 
 
+@pytest.mark.distributed
 def test_sigterm_stops_every_fsdp_rank_after_the_step_with_all_shards_saved_and_exit_143(launched, runs):
     returncode, stderr = launched["ended"]["fsdp_stopped"]
     step = stopped_at()
@@ -198,6 +204,7 @@ def test_sigterm_stops_every_fsdp_rank_after_the_step_with_all_shards_saved_and_
     assert runs["fsdp_stopped"].weights == runs["fsdp"].weights
 
 
+@pytest.mark.distributed
 def test_two_nodes_of_one_process_under_fsdp_give_the_weights_of_one_node_of_two(runs):
     assert runs["fsdp_two_nodes"].metrics == runs["fsdp"].metrics
     assert runs["fsdp_two_nodes"].weights == runs["fsdp"].weights
@@ -205,6 +212,7 @@ def test_two_nodes_of_one_process_under_fsdp_give_the_weights_of_one_node_of_two
 
 # ---- sharded checkpoints, and a model.pt like any other ------------------------------------------
 
+@pytest.mark.distributed
 def test_each_fsdp_checkpoint_is_a_complete_folder_of_every_ranks_shards(runs):
     folder = runs["fsdp"].path / "checkpoints"
     steps = sorted(path for path in folder.iterdir())
@@ -216,6 +224,7 @@ def test_each_fsdp_checkpoint_is_a_complete_folder_of_every_ranks_shards(runs):
         assert "model" not in state  # the weights are in the shards only
 
 
+@pytest.mark.distributed
 def test_model_pt_of_an_fsdp_run_is_the_whole_state_dict_of_the_tasks_model(runs):
     config = Config(**runs["fsdp"].config)
     plain = task.make_model(config, task.make_datasets(config)[0]).state_dict()
@@ -225,6 +234,7 @@ def test_model_pt_of_an_fsdp_run_is_the_whole_state_dict_of_the_tasks_model(runs
     assert state_dict_sha256(weights) == runs["fsdp"].weights
 
 
+@pytest.mark.distributed
 def test_compare_study_and_plot_take_fsdp_runs_like_any_other(runs, tmp_path, capsys):
     assert compare.main([str(runs["fsdp"].path), str(runs["fsdp_again"].path)]) == 0
     assert "IDENTICAL" in capsys.readouterr().out
@@ -247,6 +257,7 @@ def rows_up_to(run, step: int) -> list[dict]:
     return [row for row in run.metrics if int(row["step"]) <= step]
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("name", CHANGED)
 def test_a_run_resumed_with_another_world_size_goes_on_from_the_same_step_and_records_it(name, runs, launched):
     reference, world_size = runs[CHANGED[name][0]], CHANGED[name][1]
@@ -260,6 +271,7 @@ def test_a_run_resumed_with_another_world_size_goes_on_from_the_same_step_and_re
     assert "another environment" not in launched["resumed"][name]  # said once, as the note above
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("name", CHANGED)
 def test_a_run_resumed_with_another_world_size_is_not_the_run_that_never_changed(name, runs):
     """Not a guarantee but a fact worth a test: the gradients add up in another order, and each
@@ -267,11 +279,13 @@ def test_a_run_resumed_with_another_world_size_is_not_the_run_that_never_changed
     assert runs[name].weights != runs[CHANGED[name][0]].weights
 
 
+@pytest.mark.distributed
 def test_a_run_resumed_with_another_world_size_repeats_bit_for_bit(runs):
     assert runs["ddp_to1"].metrics == runs["ddp_to1_again"].metrics
     assert runs["ddp_to1"].weights == runs["ddp_to1_again"].weights
 
 
+@pytest.mark.distributed
 def test_verify_re_runs_the_world_size_history_and_reproduces_the_run(runs):
     """Two torchrun launches: 2 processes stopped at the change, then 1 (under torchrun: FSDP needs it)."""
     code, lines = verify.verify(runs["fsdp_to1"])
@@ -279,6 +293,7 @@ def test_verify_re_runs_the_world_size_history_and_reproduces_the_run(runs):
     assert f"then 1 from step {stopped_at()}" in lines[0] and lines[-1].startswith("REPRODUCED weights_sha256")
 
 
+@pytest.mark.distributed
 def test_compare_says_where_the_world_size_changed(runs, capsys):
     assert compare.main([str(runs["fsdp"].path), str(runs["fsdp_to3"].path)]) == 1
     out = capsys.readouterr().out
@@ -321,6 +336,7 @@ def test_fsdp_without_torchrun_is_refused_before_anything_is_written(tmp_path, c
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.distributed
 def test_a_world_size_that_cannot_share_the_global_batch_is_refused_new_or_resumed(launched, tmp_path, as_rank_0_of,
                                                                                  capsys):
     as_rank_0_of(5)
@@ -332,6 +348,7 @@ def test_a_world_size_that_cannot_share_the_global_batch_is_refused_new_or_resum
     assert files(stopped) == before
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("source, other", [("ddp_stopped_as_left", "fsdp"), ("fsdp_stopped_as_left", "ddp")])
 def test_resuming_with_the_other_parallel_is_refused(source, other, launched, tmp_path, as_rank_0_of, capsys):
     as_rank_0_of(2)
@@ -343,6 +360,7 @@ def test_resuming_with_the_other_parallel_is_refused(source, other, launched, tm
     assert files(stopped) == before
 
 
+@pytest.mark.distributed
 def test_checkpoints_of_the_other_format_than_config_json_says_are_refused(launched, tmp_path, as_rank_0_of, capsys):
     as_rank_0_of(2)
     stopped = shutil.copytree(launched["root"] / "ddp_stopped_as_left", tmp_path / "stopped")
@@ -354,6 +372,7 @@ def test_checkpoints_of_the_other_format_than_config_json_says_are_refused(launc
     assert files(stopped) == before
 
 
+@pytest.mark.distributed
 def test_a_sharded_checkpoint_missing_a_shard_is_skipped_and_with_none_whole_the_resume_is_refused(
         launched, tmp_path, as_rank_0_of, capsys):
     as_rank_0_of(2)
@@ -519,16 +538,6 @@ def test_the_world_size_history_keeps_what_came_before_the_checkpoint_resumed_fr
         *start, {**before_eval, "world_size": 1}, {**after_eval, "world_size": 3}]
 
 
-def test_verify_stops_at_each_change_and_after_the_evaluation_when_the_change_came_after_it():
-    history = [{"step": 0, "world_size": 2}, {"step": 13, "epoch": 1, "epoch_step": 4, "world_size": 3},
-               {"step": 18, "epoch": 2, "epoch_step": 0, "world_size": 1}]
-    stop = "--stop-after-steps"
-    assert verify.launches([], 2, None) == [(2, [])]
-    assert verify.launches(history, 2, None) == [(2, [stop, "13"]), (3, [stop, "18"]), (3, [stop, "18"]), (1, [])]
-    assert verify.launches(history, 2, 10) == [(2, [stop, "10"])]
-    assert verify.launches(history, 2, 15) == [(2, [stop, "13"]), (3, [stop, "15"])]
-
-
 def test_a_run_resumed_at_its_stop_step_before_the_evaluation_stops_after_it(tmp_path, capsys):
     """What verify needs to re-run a change of world size made after an epoch's evaluation."""
     flags = [*FLAGS, "--out", str(tmp_path / "run")]
@@ -652,6 +661,7 @@ def tied(tied_or_failure, request):
     return value_of(tied_or_failure, request)
 
 
+@pytest.mark.distributed
 def test_a_model_with_tied_embeddings_trains_under_fsdp_twice_to_the_same_bits(tied):
     """Its root holds the tied embedding and the final norm: the state after each evaluation is the
     state before it, so every checkpoint after one is written, and the runs repeat."""
@@ -660,10 +670,12 @@ def test_a_model_with_tied_embeddings_trains_under_fsdp_twice_to_the_same_bits(t
     assert sum(row["split"] == "val" for row in tied["tied"].metrics) == 3
 
 
+@pytest.mark.distributed
 def test_a_tied_model_killed_under_fsdp_and_resumed_is_the_run_that_never_stopped(tied):
     assert tied["killed"].weights == tied["tied"].weights and tied["killed"].metrics == tied["tied"].metrics
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("name, processes", [("killed_to1", 1), ("killed_to3", 3)])
 def test_a_tied_model_under_fsdp_resumes_at_another_world_size_and_records_it(name, processes, tied):
     run = tied[name]

@@ -151,8 +151,12 @@ def test_negative_control_matplotlibs_default_pdf_fonts_are_type_3(runs, tmp_pat
 
 
 @pytest.mark.parametrize("flags, inches", [(("--column", "one"), 3.3), (("--column", "two"), 7.0),
-                                           (("--width", "5", "--height", "2"), 5.0)])
+                                           (("--width", "5", "--height", "2"), 5.0),
+                                           (("--column", "one", "--width", "5"), 5.0),
+                                           (("--column", "two", "--width", "4"), 4.0)])
 def test_the_printed_size_and_dpi_are_the_ones_asked_for(flags, inches, runs, tmp_path):
+    """--column gives a journal's column width; a --width typed beside it wins (--width: "the printed
+    width in inches (default: --column's)")."""
     out = tmp_path / "curves.png"
     assert plot.main([str(runs["seed7"].path), "--out", str(out), *flags, "--dpi", "200"]) == 0
     width, height = png_size(out)

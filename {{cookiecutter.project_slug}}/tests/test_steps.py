@@ -335,6 +335,21 @@ def test_the_summary_records_the_runs_speed_over_the_samples_it_trained_on(name,
     assert ("tokens_per_second" in run.summary) == hasattr(task, "tokens_per_sample")  # a task's count, or none
 
 
+def test_the_summary_counts_an_epochs_short_last_batch_as_the_samples_it_holds(tmp_path):
+    """An epoch whose samples are no multiple of --batch-size ends in a short batch: the speed that
+    summary.json records is over the samples trained on, counted here from the dataset (two epochs
+    of two batches, the second short), not over steps x --batch-size."""
+    from {{ cookiecutter.project_slug }} import train
+
+    samples = min(len(task.make_datasets(Config())[0]), 64)
+    batch = samples // 2 + 1  # two batches an epoch: `batch` samples, then the `samples - batch` left
+    assert 0 < samples - batch < batch
+    assert train.main(["--out", str(tmp_path / "run"), "--epochs", "2", "--device", "cpu", "--checkpoint-every", "0",
+                       "--max-samples", str(samples), "--batch-size", str(batch)]) == 0
+    summary = read_run(tmp_path / "run").summary
+    assert summary["samples_per_second"] * summary["train_seconds"] == pytest.approx(2 * samples)
+    assert summary["seconds_per_step"] * 4 == pytest.approx(summary["train_seconds"])
+
 def test_a_task_that_counts_tokens_gets_tokens_a_second(tmp_path, monkeypatch, capsys):
     """task.py's optional tokens_per_sample(config): the epoch lines and summary.json say tokens a
     second too, that many times the samples a second."""

@@ -67,6 +67,25 @@ def test_verify_takes_a_run_of_the_mode_to_each_world_size_that_divides_its_shar
     assert "--world-size 3 does not divide the run's --invariant-shards 4" in problem and "\n" not in problem
 
 
+def test_verify_stops_at_each_change_and_after_the_evaluation_when_the_change_came_after_it():
+    """How verify re-runs a run resumed on other numbers of processes (world_sizes.json's history):
+    a launch on each world size, stopped where the run changed size; where the change came at an
+    epoch's start, the epoch's evaluation ran on the size before it, so a second launch on that size
+    makes it there. The steps are computed here from the history. (A run that never changed size is
+    one launch; the launches themselves, under torchrun, are in the distributed tier.)"""
+    from {{ cookiecutter.project_slug }}.verify import launches
+
+    history = [{"step": 0, "world_size": 2}, {"step": 13, "epoch": 1, "epoch_step": 4, "world_size": 3},
+               {"step": 18, "epoch": 2, "epoch_step": 0, "world_size": 1}]
+    stop = "--stop-after-steps"
+    assert launches([], 2, None) == [(2, [])]
+    assert launches(history, 2, None) == [(2, [stop, "13"]), (3, [stop, "18"]), (3, [stop, "18"]), (1, [])]
+    assert launches(history, 2, 10) == [(2, [stop, "10"])]
+    assert launches(history, 2, 15) == [(2, [stop, "13"]), (3, [stop, "15"])]
+    at_an_epochs_start = [{"step": 0, "world_size": 4}, {"step": 8, "epoch": 1, "epoch_step": 0, "world_size": 2}]
+    assert launches(at_an_epochs_start, 4, None) == [(4, [stop, "8"]), (4, [stop, "8"]), (2, [])]
+
+
 # The task's model, held beside a SyncBatchNorm that its forward pass does not use (a Sequential's
 # own attribute would join its chain).
 SYNC_BATCHNORM = """
