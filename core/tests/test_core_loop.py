@@ -124,7 +124,6 @@ def test_steps_that_are_all_finite_write_their_rows_and_raise_nothing(tmp_path: 
     assert written_steps(log) == [(step, float(step)) for step in range(1, 8)]
 
 
-
 def test_each_training_row_holds_the_learning_rate_its_step_took_and_reads_back_as_a_run(tmp_path: Path) -> None:
     """metrics.csv's lr column is the schedule the run took, which plot, compare and verify read:
     each step's row holds the learning rate handed to add() with its sums, as that exact float,

@@ -54,7 +54,6 @@ def test_a_gpu_without_bfloat16_refuses_bf16_alone_in_one_line_and_takes_fp16(mo
     assert precision_problem("bf16", gpu) is None
 
 
-
 @pytest.mark.parametrize("wanted", ["bf16", "fp16"])
 def test_an_autocast_that_turns_itself_off_is_refused_in_one_line_naming_the_dtype_it_gave(wanted: str,
                                                                                         monkeypatch) -> None:

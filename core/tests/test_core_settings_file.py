@@ -104,7 +104,6 @@ def test_a_cpu_whose_flags_the_system_does_not_say_is_refused_portable_in_one_li
     assert "lacks fma" in startup.portable_problem({**unknown, "flags": {"avx2"}})
 
 
-
 # The first processor of /proc/cpuinfo on an x86 machine (an AMD EPYC) and on an ARM one (an AWS
 # Graviton2: no model name, its instruction sets under Features), each followed by the second.
 X86_CPUINFO = ("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n"

@@ -3,10 +3,10 @@ world size, under torchrun: gloo processes on the CPU, started the way users sta
 
 The tests that need torchrun's runs are marked `distributed` (selected with `pytest -m
 distributed`); those that start no process (the sharded checkpoint's files, the refusals made
-before a process group is joined without a launch, the evaluation passes, verify's launches of a
-resumed run's world sizes) run in plain `pytest`. One set-up starts every run at once, in two
-rounds: the runs, and the resumes of those that were stopped. A global batch of 12 lets 1, 2 and 3 processes
-share every step; 100 samples leave 4 for an epoch's last step (3 processes pad them to 6), and
+before a process group is joined without a launch, the evaluation passes, the world sizes'
+history kept on resume) run in plain `pytest`. One set-up starts every run at once, in two
+rounds: the runs, and the resumes of those that were stopped. A global batch of 12 lets 1, 2 and
+3 processes share every step; 100 samples leave 4 for an epoch's last step (3 processes pad them to 6), and
 give 3 processes 34, 33 and 33 validation samples: 4, 3 and 3 evaluation batches of 11, which FSDP
 must still run in step (every forward pass gathers weights from every rank).
 """

@@ -350,6 +350,7 @@ def test_the_summary_counts_an_epochs_short_last_batch_as_the_samples_it_holds(t
     assert summary["samples_per_second"] * summary["train_seconds"] == pytest.approx(2 * samples)
     assert summary["seconds_per_step"] * 4 == pytest.approx(summary["train_seconds"])
 
+
 def test_a_task_that_counts_tokens_gets_tokens_a_second(tmp_path, monkeypatch, capsys):
     """task.py's optional tokens_per_sample(config): the epoch lines and summary.json say tokens a
     second too, that many times the samples a second."""
