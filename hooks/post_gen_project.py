@@ -43,8 +43,8 @@ RESEARCH_ONLY = (
     *(f"tests/test_{name}.py" for name in (
         "checkpoint", "cluster", "commands", "config", "ctrl_c", "cudnn", "data", "distributed", "evaluate",
         "failures", "fingerprint", "fsdp", "fsdp_precision", "invariance", "loop", "machine", "nonfinite", "one_writer",
-        "plot", "precision", "resume", "run_files", "settings", "steps", "stop_signals", "study", "task_contract",
-        "tools", "tracking", "train", "world_sizes")),
+        "parallel_suite", "plot", "precision", "resume", "run_files", "settings", "steps", "stop_signals", "study",
+        "task_contract", "tools", "tracking", "train", "world_sizes")),
     # Exercises about what the teaching size leaves out: accumulation, mid-epoch resume, cuDNN on a GPU.
     "exercises/10-cudnn-benchmark", "exercises/11-micro-batches-share-one-key",
     "exercises/12-loader-position-not-restored",

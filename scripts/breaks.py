@@ -202,7 +202,10 @@ def patches(check: bool) -> int:
     return 0
 
 
-TIERS = {"plain": [], "distributed": ["-m", "distributed"], "slow": ["-m", "slow"]}
+# The plain tier in this one forked process (`-n 0`): a research bake's plain `pytest` would start
+# pytest-xdist's workers, fresh interpreters that import torch again, where a break needs the first
+# failure only.
+TIERS = {"plain": ["-n", "0"], "distributed": ["-m", "distributed"], "slow": ["-m", "slow"]}
 SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.json",
         "independent-teaching": "kill-ratio-independent-teaching.json",
         "independent-teaching-2": "kill-ratio-independent-teaching-2.json",

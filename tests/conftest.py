@@ -150,6 +150,12 @@ SAME_IN_EVERY_BAKE = (
     "tests/test_commands.py::test_a_reader_that_stops_early_ends_a_command_quietly_without_a_traceback",
 )
 NOT_SAME_IN_EVERY_BAKE = tuple(arg for test in SAME_IN_EVERY_BAKE for arg in ("--deselect", test))
+# The selection of every suite but the default bakes': those less SAME_IN_EVERY_BAKE, in one process.
+# A research bake's plain `pytest` spreads its files over the cores (pytest-xdist's `-n auto`, in its
+# pyproject.toml), which costs about 40 s of CPU more a suite for its workers' start and the runs two
+# workers each train; this session's suites keep both cores busy already. The default bakes' suites
+# run as a user's plain `pytest` does.
+OTHER_BAKES = ("-n", "0", *NOT_SAME_IN_EVERY_BAKE)
 
 
 def bake(folder: Path, context: dict) -> Path:

@@ -28,7 +28,7 @@ from conftest import (
     AWKWARD_NAME,
     COOKIECUTTER_JSON,
     COPIER_ANSWERS_TEMPLATE,
-    NOT_SAME_IN_EVERY_BAKE,
+    OTHER_BAKES,
     ROOT,
     SAME_IN_EVERY_BAKE,
     TEMPLATE_DIR,
@@ -333,12 +333,12 @@ SUITES = {
        for name in DISTRIBUTED_COMBINATIONS},
     **{name: Suite(lambda folder, name=name: (bake_with_task(folder, name, TASK_OF[name]) if name in TASK_OF
                                               else bake(folder, COMBINATIONS[name])),
-                   () if name in DEFAULT_BAKES else NOT_SAME_IN_EVERY_BAKE,
+                   () if name in DEFAULT_BAKES else OTHER_BAKES,
                    minutes=1 if COMBINATIONS[name].get("scope") == "teaching" else 4)
        for name in COMBINATIONS},
-    ROUTED: Suite(lambda folder: bake_with_every_readme_route(folder, ROUTED), NOT_SAME_IN_EVERY_BAKE, minutes=4),
+    ROUTED: Suite(lambda folder: bake_with_every_readme_route(folder, ROUTED), OTHER_BAKES, minutes=4),
     TEACHING_ROUTED: Suite(lambda folder: bake_with_every_readme_route(folder, TEACHING_ROUTED),
-                           NOT_SAME_IN_EVERY_BAKE, minutes=1),
+                           OTHER_BAKES, minutes=1),
 }
 
 

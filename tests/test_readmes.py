@@ -72,7 +72,8 @@ def test_the_dev_extra_is_what_tests_and_lint_need_and_tensorboard_stays_optiona
     project = cookies.bake(extra_context={"init_git": False}).project_path
     pyproject = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
     extras = pyproject["project"]["optional-dependencies"]
-    assert sorted(re.split(r"[<>=]", requirement)[0] for requirement in extras["dev"]) == ["pytest", "ruff"]
+    dev = sorted(re.split(r"[<>=]", requirement)[0] for requirement in extras["dev"])
+    assert dev == ["pytest", "pytest-xdist", "ruff"]  # xdist: a plain pytest on every core
     assert [re.split(r"[<>=]", requirement)[0] for requirement in extras["tensorboard"]] == ["tensorboard"]
 
 

@@ -17,7 +17,7 @@ the machine runs.
 from __future__ import annotations
 
 import pytest
-from conftest import NOT_SAME_IN_EVERY_BAKE, ROOT, Suite, load
+from conftest import OTHER_BAKES, ROOT, Suite, load
 from test_bake import SUITES as BAKE_SUITES
 from test_bake import TASK_OF
 
@@ -47,7 +47,7 @@ def passed(result, label: str) -> str:
 
 def make(name: str, scope: str) -> Suite:
     """The README's task `name` as task.py of a project of size `scope`."""
-    return Suite(lambda folder: tasks.make_project(folder, tasks.readme_tasks()[name], scope), NOT_SAME_IN_EVERY_BAKE,
+    return Suite(lambda folder: tasks.make_project(folder, tasks.readme_tasks()[name], scope), OTHER_BAKES,
                  minutes=4.5 if scope == "research" else 1)
 
 
