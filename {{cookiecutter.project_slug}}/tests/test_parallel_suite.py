@@ -28,6 +28,7 @@ def test_a_plain_pytest_takes_a_worker_a_core_and_keeps_each_files_tests_togethe
     assert f"-m '{PLAIN}'" in addopts and "-n auto" in addopts and "--dist loadfile" in addopts
     assert pytest_xdist_auto_num_workers(invoked()) is None  # xdist's own count: the cores
     assert pytest_xdist_auto_num_workers(invoked("tests")) is None
+    assert pytest_xdist_auto_num_workers(invoked("tests/")) is None  # as a shell completes it
 
 
 def test_a_file_or_test_named_and_another_selection_run_in_one_process():
