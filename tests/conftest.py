@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -193,25 +195,36 @@ def background_suites(request, tmp_path_factory) -> dict[str, Future]:
             futures[name].set_exception(error)
             continue
         futures[name] = pool.submit(run_generated_suite, project, *suite.selection,
-                                    timeout=SUITE_TIMEOUT, started=started, report=folder / "report.xml")
+                                    timeout=SUITE_TIMEOUT, started=started, report=folder / "report.xml", label=name)
     yield futures
     pool.shutdown(wait=False, cancel_futures=True)
     for process in started:  # a session stopped early (-x, Ctrl-C) leaves no suite running
         stop_group(process)
 
 
-def run_generated_suite(project: Path, *selection: str, timeout: int = SUITE_TIMEOUT,
-                        started: list | None = None, report: Path | None = None) -> subprocess.CompletedProcess:
+# What each generated suite cost, as run_generated_suite measured it: (its name in SUITES, or the
+# project's folder and the selection; wall seconds; CPU seconds of its pytest and of every process
+# that one waited for). The session's summary lists them, the costliest first: the figures a change
+# to CI's time starts from.
+SUITE_COSTS: list[tuple[str, float, float]] = []
+
+
+def run_generated_suite(project: Path, *selection: str, timeout: int = SUITE_TIMEOUT, started: list | None = None,
+                        report: Path | None = None, label: str | None = None) -> subprocess.CompletedProcess:
     """`pytest -q [selection]` in a baked project, with Ctrl-C ignored, from an environment without
     this session's PYTEST_ variables; fails with the end of its output unless it passed. Its own process group, so
     that a teardown can stop it and all it started (`started` gets the process). With `report`,
-    pytest writes its JUnit XML there (each test's outcome), and the result's `.report` names it."""
+    pytest writes its JUnit XML there (each test's outcome), and the result's `.report` names it.
+    The result's `.wall` and `.cpu` are its seconds, noted in SUITE_COSTS under `label`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     junit = () if report is None else (f"--junitxml={report}",)
     # Started with Ctrl-C ignored, as a CI script's background job or nohup starts it, which every
     # process it starts inherits: the generated suite's Ctrl-C tests must pass so too (its conftest
     # gives the commands it starts Ctrl-C back). sh's trap, not preexec_fn, which threads make unsafe.
-    ignoring_ctrl_c = ["/bin/sh", "-c", 'trap "" INT; exec "$0" "$@"']
+    # sh waits for pytest, then its `times` prints the CPU of the processes it waited for: pytest's
+    # and, as each waits for its own, that of every process the suite started.
+    ignoring_ctrl_c = ["/bin/sh", "-c", 'trap "" INT; "$0" "$@"; status=$?; times >&2; exit $status']
+    began = time.monotonic()
     process = subprocess.Popen([*ignoring_ctrl_c, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                 *selection, *junit], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=env, start_new_session=True)
@@ -224,9 +237,30 @@ def run_generated_suite(project: Path, *selection: str, timeout: int = SUITE_TIM
         stdout, stderr = process.communicate()
     result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     result.project, result.report = project, report
+    result.wall, result.cpu = time.monotonic() - began, children_cpu(stderr)
+    SUITE_COSTS.append((label or " ".join((project.name, *selection))[:100], result.wall, result.cpu))
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert " passed" in result.stdout and " failed" not in result.stdout
     return result
+
+
+def children_cpu(stderr: str) -> float:
+    """The user and system seconds of the second line of sh's `times` (its children's), the last
+    thing `stderr` holds: "0m3.236000s 0m0.296000s" (dash), "0m3.236s 0m0.296s" (bash). NaN when
+    it holds none (a killed shell)."""
+    found = re.findall(r"(\d+)m([\d.]+)s (\d+)m([\d.]+)s", stderr[-200:])
+    if not found:
+        return float("nan")
+    minutes, seconds, sys_minutes, sys_seconds = found[-1]
+    return 60 * int(minutes) + float(seconds) + 60 * int(sys_minutes) + float(sys_seconds)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if SUITE_COSTS:
+        terminalreporter.section("generated suites: wall and CPU seconds, the costliest first")
+        for name, wall, cpu in sorted(SUITE_COSTS, key=lambda cost: -cost[2]):
+            terminalreporter.write_line(f"{wall:7.0f} s {cpu:7.0f} s CPU  {name}")
+        terminalreporter.write_line(f"{'':9} {sum(cost[2] for cost in SUITE_COSTS):7.0f} s CPU in all")
 
 
 def stop_group(process: subprocess.Popen) -> None:
