@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -75,6 +76,22 @@ def test_the_dev_extra_is_what_tests_and_lint_need_and_tensorboard_stays_optiona
     dev = sorted(re.split(r"[<>=]", requirement)[0] for requirement in extras["dev"])
     assert dev == ["pytest", "pytest-xdist", "ruff"]  # xdist: a plain pytest on every core
     assert [re.split(r"[<>=]", requirement)[0] for requirement in extras["tensorboard"]] == ["tensorboard"]
+
+
+def test_the_research_readmes_quote_what_pytest_says_without_pytest_xdist_and_what_brings_it(cookies):
+    """A pytest without pytest-xdist cannot read a research bake's `-n auto` (pyproject.toml's
+    addopts): both READMEs quote the line it stops with, and the install that brings the plugin."""
+    project = cookies.bake(extra_context={"init_git": False}).project_path
+    said = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider"], cwd=project,
+                          capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")})
+    assert said.returncode == 4, said.stdout + said.stderr  # pytest's usage error
+    line = next(line for line in said.stderr.splitlines() if "error:" in line)
+    quoted = f"`pytest: {line[line.index('error:'):]}`"
+    for language, readme in GENERATED_README.items():
+        text = readme.read_text(encoding="utf-8")
+        assert quoted in text, f"{language}: {quoted}"
+        assert 'pip install -e ".[dev]"' in text[text.index(quoted):][:400], language  # in the same sentence
 
 
 def test_the_teaching_command_bakes_without_asking_anything(tmp_path):

@@ -8,12 +8,10 @@ one core), so one pytest process leaves the other cores idle. pyproject.toml ask
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from conftest import pytest_xdist_auto_num_workers, python_env
+from conftest import pytest_xdist_auto_num_workers
 
 PLAIN = "not distributed and not slow"  # pyproject.toml's -m
 
@@ -41,16 +39,3 @@ def test_a_file_or_test_named_and_another_selection_run_in_one_process():
     assert pytest_xdist_auto_num_workers(invoked(markexpr="distributed")) == 0
     assert pytest_xdist_auto_num_workers(invoked(markexpr="slow")) == 0
     assert pytest_xdist_auto_num_workers(invoked(markexpr=f"{PLAIN} and not cuda")) == 0  # a -m of yours
-
-
-def test_the_readme_names_what_pytest_says_without_pytest_xdist():
-    """A pytest without pytest-xdist cannot read pyproject.toml's `-n auto`: the README quotes what
-    it says then, and how to install what is missing."""
-    project = Path(__file__).parents[1]
-    said = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider"], cwd=project,
-                          capture_output=True, text=True, env=python_env())
-    assert said.returncode == 4, said.stdout + said.stderr
-    line = next(line for line in said.stderr.splitlines() if "error:" in line)
-    quoted = line[line.index("error:"):]
-    readme = (project / "README.md").read_text(encoding="utf-8")
-    assert f"pytest: {quoted}`" in readme and 'pip install -e ".[dev]"' in readme, quoted
