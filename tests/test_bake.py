@@ -28,16 +28,20 @@ from conftest import (
     AWKWARD_NAME,
     COOKIECUTTER_JSON,
     COPIER_ANSWERS_TEMPLATE,
+    NOT_SAME_IN_EVERY_TIER,
     OTHER_BAKES,
     ROOT,
     SAME_IN_EVERY_BAKE,
+    SAME_IN_EVERY_TIER,
     TEMPLATE_DIR,
     Suite,
     bake,
     cookiecutter_cli,
     load,
+    outcomes,
     post_gen,
     pre_gen,
+    ran_and_passed,
 )
 
 COMBINATIONS = {
@@ -62,8 +66,9 @@ COMBINATIONS = {
 # is there for another reason, and the teaching ones, whose suites take a minute, take the rest.
 
 # The torchrun tier (minutes) for the combination whose options change what it trains: the digits
-# set (an odd size, which the ranks must pad) under warn. The defaults' options under torchrun are
-# the GPT task's project's (test_tasks.py runs its tier: DDP and FSDP), with another task.py.
+# set (an odd size, which the ranks must pad) under warn, less conftest.SAME_IN_EVERY_TIER. The
+# defaults' options under torchrun are the GPT task's project's (test_tasks.py runs its whole tier:
+# DDP and FSDP), with another task.py.
 DISTRIBUTED_COMBINATIONS = ("digits_warn_bsd_no_actions",)
 
 # Folders that are not project files: caches, and the repository that init_git makes.
@@ -329,7 +334,7 @@ DEFAULT_BAKES = ("defaults", "teaching")
 SUITES = {
     "defaults -m slow": Suite(lambda folder: bake(folder, COMBINATIONS["defaults"]), ("-m", "slow"), minutes=8),
     **{f"{name} -m distributed": Suite(lambda folder, name=name: bake(folder, COMBINATIONS[name]),
-                                       ("-m", "distributed"), minutes=5)
+                                       ("-m", "distributed", *NOT_SAME_IN_EVERY_TIER), minutes=5)
        for name in DISTRIBUTED_COMBINATIONS},
     **{name: Suite(lambda folder, name=name: (bake_with_task(folder, name, TASK_OF[name]) if name in TASK_OF
                                               else bake(folder, COMBINATIONS[name])),
@@ -357,16 +362,10 @@ def test_what_the_other_suites_leave_out_ran_and_passed_in_the_default_bakes(com
     """Each entry of SAME_IN_EVERY_BAKE names tests that the default bake of its size has, and they
     passed there (a renamed test would otherwise be left out everywhere, unseen)."""
     report = background_suites[combination].result().report
-    passed, other = set(), set()
-    for case in ElementTree.parse(report).iter("testcase"):
-        node = case.get("classname").replace(".", "/") + ".py::" + case.get("name")
-        failed = {child.tag for child in case} & {"failure", "error", "skipped"}
-        (other if failed else passed).add(node)
-    size = {path.split("::")[0] for path in passed | other}
-    for entry in SAME_IN_EVERY_BAKE:
-        if entry.split("::")[0] in size or combination == "defaults":
-            assert any(node.startswith(entry) for node in passed), (combination, entry)
-            assert not any(node.startswith(entry) for node in other), (combination, entry)
+    passed, other = outcomes(report)
+    files = {path.split("::")[0] for path in passed | other}  # a teaching bake has fewer
+    theirs = tuple(entry for entry in SAME_IN_EVERY_BAKE if entry.split("::")[0] in files or combination == "defaults")
+    assert ran_and_passed(report, theirs) == [], combination
 
 
 # What a test of a default bake may skip for: what the machine lacks (a GPU, an optional extra,
@@ -399,6 +398,33 @@ def test_a_default_bake_skips_a_test_only_for_what_the_machine_lacks(combination
     """Every test of a default bake runs here unless this machine lacks what it needs."""
     found = skips(background_suites[combination].result().report)
     assert {test: reason for test, reason in found.items() if not MACHINE_REASONS.search(reason)} == {}
+
+
+def test_what_the_digits_tier_leaves_out_names_torchrun_tests_of_the_template():
+    """Each entry of SAME_IN_EVERY_TIER is a test file of the template, or a test defined there and
+    marked distributed (a typo would deselect nothing, and the GPT tier's check would catch it only
+    after minutes)."""
+    for entry in SAME_IN_EVERY_TIER:
+        path, _, test = entry.partition("::")
+        source = (TEMPLATE_DIR / path).read_text(encoding="utf-8")
+        if test:
+            marked = re.search(rf"@pytest\.mark\.distributed\n(@[^\n]+\n)*def {test}\(", source)
+            assert marked or ("pytestmark = pytest.mark.distributed" in source and f"def {test}(" in source), entry
+
+
+def test_ran_and_passed_names_each_test_that_a_report_lacks_or_that_did_not_pass(tmp_path):
+    """The check the default bakes' and the GPT tier's suites go through, on a report made here."""
+    report = tmp_path / "report.xml"
+    report.write_text('<testsuites><testsuite>'
+                      '<testcase classname="tests.test_a" name="test_one[0]"/>'
+                      '<testcase classname="tests.test_a" name="test_one[1]"/>'
+                      '<testcase classname="tests.test_b" name="test_two"><skipped message="no GPU"/></testcase>'
+                      '<testcase classname="tests.test_b" name="test_three"><failure message="x"/></testcase>'
+                      '</testsuite></testsuites>', encoding="utf-8")
+    assert ran_and_passed(report, ("tests/test_a.py", "tests/test_a.py::test_one")) == []
+    assert ran_and_passed(report, ("tests/test_b.py::test_two", "tests/test_b.py::test_three",
+                                   "tests/test_a.py::test_renamed", "tests/test_c.py")) == [
+        "tests/test_b.py::test_two", "tests/test_b.py::test_three", "tests/test_a.py::test_renamed", "tests/test_c.py"]
 
 
 @pytest.mark.slow

@@ -49,6 +49,12 @@ def test_the_summary_lists_the_suites_the_costliest_first_and_their_sum(monkeypa
     assert lines[1].split() == ["200", "s", "380", "s", "CPU", "defaults"]
     assert lines[2].split() == ["60", "s", "70", "s", "CPU", "teaching"]
     assert lines[3].split() == ["450", "s", "CPU", "in", "all"]
+    lines.clear()  # a suite killed by its timeout: listed last, its CPU unknown, the sum said to lack it
+    monkeypatch.setattr(conftest, "SUITE_COSTS", [("teaching", 60.0, 70.0), ("hung", 2400.0, math.nan),
+                                                  ("defaults", 200.0, 380.0)])
+    pytest_terminal_summary(reporter)
+    assert [line.split()[-1] for line in lines[1:4]] == ["defaults", "teaching", "hung"]
+    assert lines[4].split() == ["450", "s", "CPU", "in", "all,", "less", "1", "suite(s)", "killed", "unmeasured"]
     monkeypatch.setattr(conftest, "SUITE_COSTS", [])
     lines.clear()
     pytest_terminal_summary(reporter)

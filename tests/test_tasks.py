@@ -17,7 +17,7 @@ the machine runs.
 from __future__ import annotations
 
 import pytest
-from conftest import OTHER_BAKES, ROOT, Suite, load
+from conftest import OTHER_BAKES, ROOT, SAME_IN_EVERY_TIER, Suite, load, ran_and_passed
 from test_bake import SUITES as BAKE_SUITES
 from test_bake import TASK_OF
 
@@ -77,7 +77,11 @@ def test_a_readme_task_passes_the_generated_suite_unmodified(name, scope, backgr
 @pytest.mark.suite("gpt (research) -m distributed")
 def test_the_gpt_passes_the_generated_distributed_tier_unmodified_fsdp_included(background_suites):
     """torchrun on gloo: DDP and FSDP at 2 ranks twice bitwise, killed and resumed, resumed at 1
-    and 3 ranks; under FSDP its tied embedding and final norm belong to the root's unit."""
-    summary = passed(background_suites["gpt (research) -m distributed"].result(), "gpt, -m distributed")
+    and 3 ranks; under FSDP its tied embedding and final norm belong to the root's unit. The
+    whole tier, conftest.SAME_IN_EVERY_TIER included."""
+    result = background_suites["gpt (research) -m distributed"].result()
+    summary = passed(result, "gpt, -m distributed")
     assert "skipped" not in summary, summary  # every torchrun test ran
+    # among them what the digits combination's tier leaves out (a renamed one would run nowhere)
+    assert ran_and_passed(result.report, SAME_IN_EVERY_TIER) == []
     print(f"gpt (research): pytest -m distributed ({summary})")
