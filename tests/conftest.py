@@ -133,8 +133,9 @@ SUITE_TIMEOUT = 2400
 # processes that die with it, Ctrl-C in the commands and in loader workers, the hash-seed restart,
 # the package's layout, the one line for a task.py that imports a name that moved, the stop
 # signals (a study's Ctrl-C among them), study's reading of --config, a command whose reader
-# stops early, and a portable run's record read by verify (the task's own operations under the
-# portable pins are fingerprinted in every bake by test_fingerprint.py's other tests).
+# stops early, a portable run's record read by verify (the task's own operations under the
+# portable pins are fingerprinted in every bake by test_fingerprint.py's other tests), the signal
+# tests' hold harness, and SyncBatchNorm's refusal (in a model the test writes itself).
 # core/tests tests their core mechanisms directly too (the lock held, released and killed; the
 # restart; Ctrl-C in loader workers). A generated project's own `pytest` runs them all; this saves
 # the template's CI minutes of one core's time per suite that leaves them out.
@@ -152,6 +153,8 @@ SAME_IN_EVERY_BAKE = (
     "tests/test_study.py::test_one_ctrl_c_in_a_terminal_stops_the_study_and_its_running_seed_with_a_checkpoint",
     "tests/test_study.py::test_a_study_with_a_config_file_records_the_files_settings_and_gives_each_seed_its_own",
     "tests/test_commands.py::test_a_reader_that_stops_early_ends_a_command_quietly_without_a_traceback",
+    "tests/test_resume.py::test_a_held_run_signalled_the_moment_its_marker_appears_still_stops_there",
+    "tests/test_world_sizes.py::test_a_model_with_sync_batchnorm_is_refused_in_one_line_before_anything_is_written",
 )
 NOT_SAME_IN_EVERY_BAKE = tuple(arg for test in SAME_IN_EVERY_BAKE for arg in ("--deselect", test))
 # Likewise for the torchrun tier (`-m distributed`): tests that the GPT task's tier runs (the
