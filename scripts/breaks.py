@@ -18,6 +18,7 @@
     python scripts/breaks.py kill-ratio --set independent-teaching-9 --tiers plain # its ninth
     python scripts/breaks.py kill-ratio --set independent-teaching-10 --tiers plain # its tenth
     python scripts/breaks.py kill-ratio --set independent-teaching-11 --tiers plain # its eleventh
+    python scripts/breaks.py kill-ratio --set independent-teaching-12 --tiers plain # its twelfth
     python scripts/breaks.py kill-ratio --set independent-2 --tiers plain   # the research size's second round
     python scripts/breaks.py kill-ratio --set independent-3 --tiers plain   # its third
     python scripts/breaks.py kill-ratio --set independent-4 --tiers plain   # its fourth
@@ -35,6 +36,7 @@
     python scripts/breaks.py core-catches --set independent-core-9 # its ninth
     python scripts/breaks.py core-catches --set independent-core-10 # its tenth
     python scripts/breaks.py core-catches --set independent-core-11 # its eleventh
+    python scripts/breaks.py core-catches --set independent-core-12 # its twelfth
 
 A break replaces one piece of text inside one function (or method, `Class.method`; `<module>` for a
 statement outside any) of one file of the package: the text must be there exactly once, so that a
@@ -218,6 +220,7 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
         "independent-teaching-9": "kill-ratio-independent-teaching-9.json",
         "independent-teaching-10": "kill-ratio-independent-teaching-10.json",
         "independent-teaching-11": "kill-ratio-independent-teaching-11.json",
+        "independent-teaching-12": "kill-ratio-independent-teaching-12.json",
         "independent-2": "kill-ratio-independent-2.json", "independent-3": "kill-ratio-independent-3.json",
         "independent-4": "kill-ratio-independent-4.json", "independent-5": "kill-ratio-independent-5.json",
         "independent-6": "kill-ratio-independent-6.json",
@@ -231,7 +234,8 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
         "independent-core-8": "kill-ratio-independent-core-8.json",
         "independent-core-9": "kill-ratio-independent-core-9.json",
         "independent-core-10": "kill-ratio-independent-core-10.json",
-        "independent-core-11": "kill-ratio-independent-core-11.json"}
+        "independent-core-11": "kill-ratio-independent-core-11.json",
+        "independent-core-12": "kill-ratio-independent-core-12.json"}
 # The size a set breaks; the others break the research size, but CORE_SETS', which break core/
 # itself and are tried by core-catches against core/tests/ alone.
 SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teaching",
@@ -239,11 +243,11 @@ SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teach
             "independent-teaching-5": "teaching", "independent-teaching-6": "teaching",
             "independent-teaching-7": "teaching", "independent-teaching-8": "teaching",
             "independent-teaching-9": "teaching", "independent-teaching-10": "teaching",
-            "independent-teaching-11": "teaching"}
+            "independent-teaching-11": "teaching", "independent-teaching-12": "teaching"}
 # core-catches' rounds: breaks of core/ itself.
 CORE_SETS = ("independent-core", "independent-core-2", "independent-core-3", "independent-core-4",
              "independent-core-5", "independent-core-6", "independent-core-7", "independent-core-8",
-             "independent-core-9", "independent-core-10", "independent-core-11")
+             "independent-core-9", "independent-core-10", "independent-core-11", "independent-core-12")
 
 
 def nearby_tests(project: Path, brk: Break) -> list[str]:
@@ -525,8 +529,8 @@ def main() -> int:
     parser.add_argument("--set", default="mutations", choices=list(SETS), help="kill-ratio: which breaks: "
                         "the mutation suite, or an independent round written from the docs alone (of the "
                         "research size, independent-2 to -6 its second to sixth rounds; independent-teaching "
-                        "and its second to eleventh rounds, -2 to -11: of the teaching size, whose suite is one "
-                        "tier; core-catches: independent-core and its second to eleventh rounds, -2 to -11: the "
+                        "and its second to twelfth rounds, -2 to -12: of the teaching size, whose suite is one "
+                        "tier; core-catches: independent-core and its second to twelfth rounds, -2 to -12: the "
                         "core's, against core/tests/)")
     parser.add_argument("--out", type=Path, help="kill-ratio: the record (default: breaks/kill-ratio.json, or "
                         "breaks/kill-ratio-independent.json for --set independent)")

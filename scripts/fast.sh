@@ -13,6 +13,11 @@ echo "baking the defaults into $scratch..." >&2
 project=$(find "$scratch" -mindepth 1 -maxdepth 1 -type d)
 "$PY" -m ruff check . "$project"
 # Most of these tests wait on a process they start (a bake, a pip install, a fresh interpreter), one
-# core each: one pytest-xdist worker per core keeps every core busy. --dist loadfile gives each
-# worker whole files, so that a module's fixtures are made once. `-n 0` turns the workers off.
-"$PY" -m pytest -m "not slow" -n auto --dist loadfile "$@"
+# core each: one pytest-xdist worker per core keeps every core busy. Counted by nproc, the cores
+# this process may use (its CPU affinity, a container's or a job's share), not `-n auto`, which
+# with psutil counts the machine's physical cores. --dist loadfile gives each worker whole files,
+# so that a module's fixtures are made once. On one core a worker only adds its start: none then.
+# `-n 0` turns the workers off.
+workers=$(nproc 2>/dev/null || echo auto)
+[ "$workers" = 1 ] && workers=0
+"$PY" -m pytest -m "not slow" -n "$workers" --dist loadfile "$@"

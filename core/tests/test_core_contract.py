@@ -28,7 +28,12 @@ def test_two_samples_are_the_same_only_when_every_part_is_equal_bit_for_bit():
     sample = {"image": t, "array": a, "parts": [1, (2.5, "x")], "label": 3}
     assert same(sample, {"image": t.clone(), "array": a.copy(), "parts": [1, (2.5, "x")], "label": 3})
     assert same(object(), object())  # no equality of its own: the check cannot see in
+    # A NaN in a sample (a missing label) is the same as itself, as a Python, a NumPy or a torch number
+    nans = [math.nan, np.float64("nan"), np.float32("nan"), torch.tensor(math.nan), np.array([math.nan])]
+    assert same(nans, [math.nan, np.float64("nan"), np.float32("nan"), torch.tensor(math.nan), np.array([math.nan])])
     differs = [
+        (0.0, -0.0), (np.float32(0.0), np.float32(-0.0)), (1.5, np.float64(1.5)), (np.float32(1.5), np.float64(1.5)),
+        (1, 1.0), (math.nan, np.float64("nan")),
         (t, torch.tensor([1.0, 2.5])), (t, t.double()), (t, t.reshape(2, 1)), (t, a),
         (torch.tensor([0.0]), torch.tensor([-0.0])),  # equal as numbers, not bit for bit
         (a, np.array([1.0, 2.5])), (a, a.astype(np.float32)), (a, a.reshape(2, 1)), (a, t),

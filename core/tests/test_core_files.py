@@ -326,9 +326,10 @@ def test_a_summary_without_its_weights_hash_is_refused_in_one_line_not_read_as_f
 
 @pytest.mark.parametrize("row", [
     "0,2,test,,2.5,0.25", "0,2,,,2.5,0.25", "0,two,val,,2.5,0.25", "0,2,val,,fast,0.25", "0,2,val,0.1,2.5,0.25",
-    "0,2,train,,2.5,0.25",
+    "0,2,train,,2.5,0.25", "0,2,val", "0,2,train,0.1,2.5",
 ], ids=["a split neither train nor val", "no split", "a step that is no integer", "a figure that is no number",
-        "a learning rate on a val row", "no learning rate on a train row"])
+        "a learning rate on a val row", "no learning rate on a train row", "a row cut short (a kill in its write)",
+        "a row one figure short"])
 def test_a_row_that_is_not_a_metrics_row_is_refused_naming_its_line(row: str, tmp_path: Path) -> None:
     """verify, compare and plot read a run's rows back: a row of another split, or a damaged one,
     is named by its line, not read as a figure of the run."""
@@ -347,8 +348,9 @@ FIRST = {"step": 0, "world_size": 2}  # a run's first entry: started on two proc
 @pytest.mark.parametrize("history", [
     [FIRST, {"step": "8", "world_size": 4}], [FIRST, {"step": 8, "world_size": "4"}], [FIRST, {"step": 8}],
     [FIRST, {"world_size": 4}], [FIRST, [8, 4]], {"step": 8, "world_size": 4},
+    [FIRST, {"step": True, "world_size": 4}], [FIRST, {"step": 8, "world_size": True}],
 ], ids=["a step that is text", "a world size that is text", "no world size", "no step", "an entry that is a list",
-        "no list"])
+        "no list", "a step that is true", "a world size that is true"])
 def test_a_world_size_history_that_is_not_steps_and_world_sizes_is_refused_in_one_line(history: object,
                                                                                        tmp_path: Path) -> None:
     """verify and compare read the steps at which a run's world size changed as numbers: a

@@ -320,6 +320,28 @@ def test_one_two_and_four_gloo_ranks_step_to_the_same_weights_where_plain_ddp_gi
     assert len(set(plain.values())) == 3, f"the negative control: plain DDP at 1, 2, 4 ranks gave {plain}"
 
 
+def test_two_micro_batches_leave_the_gradient_of_the_mean_loss_over_both():
+    """Each shard's mean loss is divided by the step's number of shards, of every micro-batch: what
+    is left in .grad is the gradient of the step's mean loss (the oracle: one backward over both
+    batches together, computed here; equal up to rounding, since the additions come in another order).
+    Divided by the shards of one micro-batch only, two micro-batches would step twice as far."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 3))
+    reference = copy.deepcopy(model)
+    batches = [data(step=1), data(step=2)]
+
+    def forward(batch, micro_batch: int, shard: int):
+        loss_sum = nn.functional.cross_entropy(model(batch[0]), batch[1], reduction="sum")
+        return {"loss": loss_sum}, loss_sum / len(batch[1])
+
+    shard_step(model, batches, forward, SHARDS)
+    assert BATCH % SHARDS == 0  # equal shards: the mean of their means is the batch's mean
+    inputs, targets = (torch.cat(parts) for parts in zip(*batches, strict=True))
+    nn.functional.cross_entropy(reference(inputs), targets).backward()
+    for parameter, expected in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(parameter.grad, expected.grad)
+
+
 def test_a_model_without_batchnorm_steps_as_well():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(5, 4), nn.Dropout(0.5), nn.Linear(4, 3)).train()

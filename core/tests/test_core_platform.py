@@ -4,6 +4,7 @@ process refuses at its very start, in one line naming what is POSIX-only."""
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 from core_helpers import run_python
@@ -11,6 +12,12 @@ from repro_core.engine import startup
 
 
 def test_a_posix_system_has_no_platform_problem() -> None:
+    assert os.name == "posix" and startup.platform_problem() is None
+
+
+def test_macos_has_no_platform_problem_either(monkeypatch: pytest.MonkeyPatch) -> None:
+    """POSIX, not Linux alone: flock, PYTHONHASHSEED's relaunch and execv work on a Mac too."""
+    monkeypatch.setattr(sys, "platform", "darwin")
     assert os.name == "posix" and startup.platform_problem() is None
 
 
@@ -24,6 +31,7 @@ def test_elsewhere_the_problem_names_what_is_posix_only_and_where_to_run(monkeyp
 def test_the_relaunch_refuses_in_one_line_before_it_changes_anything(monkeypatch: pytest.MonkeyPatch,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(os, "name", "nt")
+    monkeypatch.setattr(os, "execv", lambda *args: pytest.fail("the relaunch started Python again"))  # not pytest's
     before = dict(os.environ)
     with pytest.raises(SystemExit) as stopped:
         startup.relaunch_with_run_environment(["--seed", "3"], 42, "python -m pkg.train")

@@ -437,6 +437,8 @@ def test_missing_are_the_variables_the_process_did_not_start_with_and_the_hash_s
     assert hashseed.missing_from_environment(wanted) == {"B": "2", "C": "3", "PYTHONHASHSEED": "7"}
     monkeypatch.setattr(hashseed, "initial_environment", lambda: None)  # no /proc: what os.environ says
     assert hashseed.missing_from_environment({"B": "2", "C": "3"}) == {"C": "3"}
+    monkeypatch.setattr(hashseed, "initial_environment", lambda: {})  # started with none (`env -i`): known, empty
+    assert hashseed.missing_from_environment({"B": "2", "C": "3"}) == {"B": "2", "C": "3"}
 
 
 def test_the_one_restart_sets_every_missing_variable_and_warns_naming_each_when_it_did_not_take(monkeypatch):

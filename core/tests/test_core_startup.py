@@ -42,6 +42,32 @@ def test_a_run_folder_the_relaunch_cannot_read_leaves_the_default_for_train_to_r
     assert startup.seed_from_command_line(["--resume", "--out", str(tmp_path)], 42) == "42"
 
 
+@pytest.mark.parametrize("seed_from", ["--seed", "--config"])
+def test_a_resume_without_out_reads_the_folder_of_the_seed_typed_or_in_the_file(seed_from: str, tmp_path,
+                                                                                 monkeypatch) -> None:
+    """train's default folder is runs/seed<SEED> of the seed typed or in --config's file: the relaunch
+    reads a resumed run's settings there, not in the default seed's folder (before, the pins of a
+    portable run resumed with `--resume --seed 3` were read from runs/seed42, and train refused to
+    go on, saying it had not been started as train). The control: the default seed's own folder."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(startup, "portable_problem", lambda cpu=None: None)
+    for seed, kernels in ((3, "portable"), (42, "native")):
+        (tmp_path / "runs" / f"seed{seed}").mkdir(parents=True)
+        (tmp_path / "runs" / f"seed{seed}" / "config.json").write_text(
+            f'{{"seed": {seed}, "cpu_kernels": "{kernels}"}}', encoding="utf-8")
+    (tmp_path / "settings.toml").write_text("seed = 3\n", encoding="utf-8")
+    argv = ["--resume", *(["--seed", "3"] if seed_from == "--seed" else ["--config", "settings.toml"])]
+    assert startup.run_environment(argv, 42) == {"PYTHONHASHSEED": "3", **startup.PORTABLE_CPU_KERNELS}
+    assert startup.run_environment(["--resume"], 42) == {"PYTHONHASHSEED": "42"}
+
+
+@pytest.mark.parametrize("seed", ["\u00b2", "\u0664\u0662", "\uff14\uff12"],
+                         ids=["superscript two", "Arabic-Indic", "fullwidth"])
+def test_a_seed_of_digits_python_reads_as_no_integer_adds_no_hash_seed_and_raises_nothing(seed: str) -> None:
+    """"²".isdigit() is True, and int("²") raises: such a seed is train's to refuse in one line."""
+    assert "PYTHONHASHSEED" not in startup.run_environment(["--seed", seed], 42)
+
+
 # A fresh interpreter under -W error with NumPy's portable pin: NumPy warns as it loads of the names
 # it does not dispatch; argv[1] says whether the warning is quietened first.
 LOADS_NUMPY = """

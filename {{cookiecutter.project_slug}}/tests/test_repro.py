@@ -342,6 +342,19 @@ def test_without_proc_the_hash_seed_in_effect_is_what_the_environment_says(monke
     assert hash_seed_in_effect() == "random"
 
 
+def test_a_variable_is_missing_unless_the_process_started_with_it_whatever_os_environ_says_now(monkeypatch):
+    """What the restart adds: the variables the process did not start with. One put into os.environ
+    since (by the script itself, say) is in effect nowhere, since the libraries read them as they
+    load; one removed since still is. A process started with none (`env -i`) misses them all."""
+    started_with(monkeypatch, b"OMP_NUM_THREADS=1\0")
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # set since the start
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # removed since the start
+    wanted = {"OMP_NUM_THREADS": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    assert hashseed.missing_from_environment(wanted) == {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    started_with(monkeypatch, b"")
+    assert hashseed.missing_from_environment(wanted) == wanted
+
+
 def interpreter(monkeypatch, ignore_environment: int = 0) -> SimpleNamespace:
     """A stand-in for sys as restart_with_hash_seed sees it: `python -m my_project --seed 5`."""
     flushed = []

@@ -132,6 +132,8 @@ BAD = {
     "dropout of 1 (every unit dropped)": ("--dropout", "1"),
     "negative momentum": ("--momentum", "-1"),
     "momentum of 1 (no decay)": ("--momentum", "1"),
+    "dropout NaN (fails every comparison)": ("--dropout", "nan"),
+    "momentum NaN": ("--momentum", "nan"),
     "seed in Arabic-Indic digits": ("--seed", "\u0664\u0662"),
     "an abbreviated flag (the restart reads --seed whole)": ("--se", "3"),
     "comma-separated GPUs": ("--device", "cuda:1,2"),
@@ -301,6 +303,15 @@ def test_a_run_that_started_in_the_folder_meanwhile_is_refused_after_the_lock_an
         train.open_run_folder(config, model, torch.optim.SGD(model.parameters(), lr=0.1), torch.device("cpu"))
     assert exit_info.value.code == 2 and "already holds a run" in capsys.readouterr().err
     assert {path: path.read_bytes() for path in out.iterdir()} == before
+
+
+def test_a_device_is_one_setting_however_it_is_spelled(run, tmp_path):
+    """' CPU' and 'cpu' name one device: the settings hold it as device_name spells it (what
+    config.json records), and --resume takes any spelling of the recorded one; before, --device CPU
+    was recorded as typed, and --resume --device cpu of that run was refused as another setting."""
+    assert settings_of(["--out", str(tmp_path / "new"), "--device", " CPU"]).device == "cpu"
+    assert run.config["device"] == "cpu"  # FAST's
+    assert settings_of(["--out", str(run.path), "--resume", "--device", "CPU "]).device == "cpu"
 
 
 # Each setting a run records, typed on --resume with another value than the run's (the first of two
@@ -611,25 +622,64 @@ def test_ctrl_c_ends_the_run_in_one_line_with_exit_130_and_its_last_checkpoint_w
     assert not (tmp_path / "run" / "checkpoint.partial").exists()
 
 
-def test_a_full_disk_is_one_line_and_exit_1_leaving_the_last_checkpoint_and_no_partial_file(tmp_path, monkeypatch,
-                                                                                           capsys):
-    saves = []
+class FillingDisk:
+    """A stand-in for `open` in train.py whose `number`-th file opened for writing takes half of what
+    is written to it, then raises as a full disk does (the files before it are written whole)."""
 
-    def save_on_a_disk_that_fills_up(obj, file, *args, **kwargs):
-        saves.append(1)
-        if len(saves) == 2:  # epoch 2's checkpoint
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return save(obj, file, *args, **kwargs)
+    def __init__(self, number: int) -> None:
+        self.number, self.opened = number, []
 
-    save = torch.save
-    monkeypatch.setattr(torch, "save", save_on_a_disk_that_fills_up)
+    def __call__(self, path, mode="r", *args, **kwargs):
+        file = open(path, mode, *args, **kwargs)
+        if "w" in mode and "b" in mode:
+            self.opened.append(Path(path).name)
+            if len(self.opened) == self.number:
+                return HalfWritten(file)
+        return file
+
+
+class HalfWritten:
+    """A file whose first write takes half of its bytes, then fails: the disk is full."""
+
+    def __init__(self, file) -> None:
+        self.file = file
+
+    def write(self, data) -> int:
+        self.file.write(bytes(data)[: len(data) // 2])
+        self.file.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name: str):
+        return getattr(self.file, name)
+
+    def __enter__(self) -> HalfWritten:
+        return self
+
+    def __exit__(self, *exception) -> None:
+        self.file.close()
+
+
+@pytest.mark.parametrize("number, written", [(2, "checkpoint.partial"), (3, "model.partial"), (4, "summary.partial")],
+                         ids=["epoch 2's checkpoint", "model.pt", "summary.json"])
+def test_a_full_disk_is_one_line_and_exit_1_leaving_the_last_checkpoint_and_no_partial_file(number, written, tmp_path,
+                                                                                           monkeypatch, capsys):
+    """Whichever file the disk fills up in: the files before it whole, that one not there at all
+    (model.pt and summary.json as checkpoint.pt: written beside, then renamed), and --resume then
+    ends the run as one never stopped (the oracle: the weights' hash of the run without a full disk)."""
+    disk = FillingDisk(number)
+    monkeypatch.setattr(train, "open", disk, raising=False)
     monkeypatch.setattr(sys, "argv", ["train", "--out", str(tmp_path / "run"), *FAST])
     assert train.command_line() == 1
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and "No space left on device" in error
-    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["epoch"] == 0
-    assert sorted(path.name for path in (tmp_path / "run").iterdir()) == [
-        "checkpoint.pt", "config.json", "environment.json", "metrics.csv"]
+    assert disk.opened[-1] == written  # the fake filled the disk where the test meant it to
+    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["epoch"] == (0 if number == 2 else 1)
+    assert sorted(path.name for path in (tmp_path / "run").iterdir()) == sorted(
+        ["checkpoint.pt", "config.json", "environment.json", "metrics.csv", "model.pt"][: 5 if number == 4 else 4])
+    monkeypatch.undo()
+    assert main(["--out", str(tmp_path / "run"), "--resume"]) == 0
+    assert main(["--out", str(tmp_path / "whole"), *FAST]) == 0
+    assert Run(tmp_path / "run").summary["weights_sha256"] == Run(tmp_path / "whole").summary["weights_sha256"]
 
 
 def test_an_out_under_a_file_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):

@@ -189,6 +189,9 @@ def same(a: object, b: object) -> bool:
         return isinstance(b, type(a)) and len(a) == len(b) and all(map(same, a, b))
     if isinstance(a, Mapping):
         return isinstance(b, Mapping) and a.keys() == b.keys() and all(same(a[key], b[key]) for key in a)
+    if isinstance(a, (float, np.generic)) or isinstance(b, (float, np.generic)):
+        # Bit for bit too: a NaN (a missing label, say) is the same as itself, 0.0 not as -0.0
+        return type(a) is type(b) and np.asarray(a).tobytes() == np.asarray(b).tobytes()
     return type(a).__eq__ is object.__eq__ or bool(a == b)
 
 

@@ -48,7 +48,7 @@ def write_world_sizes(folder: Path, history: list[dict]) -> None:
 
 
 def describe(history: list[dict], world_size: int) -> str:
-    """'2 processes' or '2 processes, then 3 from step 8 (after its evaluation)'."""
+    """'2 processes' or '2 processes, then 3 from step 8 (after its epoch's evaluation)'."""
     if not history:
         return f"{world_size} process{'es' if world_size != 1 else ''}"
     parts = [f"{history[0]['world_size']} process{'es' if history[0]['world_size'] != 1 else ''}"]

@@ -110,8 +110,8 @@ def read_run(folder: Path) -> Run:
     config = read_json(folder / "config.json", required=True)
     metrics, names = read_metrics(folder / "metrics.csv")
     history = (read_json(folder / WORLD_SIZES, required=False) or {}).get("world_sizes", [])
-    if not (isinstance(history, list) and all(isinstance(entry, dict) and isinstance(entry.get("step"), int)
-                                              and isinstance(entry.get("world_size"), int) for entry in history)):
+    if not (isinstance(history, list) and all(isinstance(entry, dict) and type(entry.get("step")) is int
+                                              and type(entry.get("world_size")) is int for entry in history)):
         raise RunError(f"{folder / WORLD_SIZES} is corrupt (not a list of steps and world sizes)")
     summary = read_json(folder / "summary.json", required=False)
     if summary is not None and not isinstance(summary.get("weights_sha256"), str):

@@ -170,7 +170,8 @@ def read_settings_file(path: Path) -> dict:
 def setting_from_command_line(argv: list[str], name: str, default: str, default_seed: int) -> str:
     """A setting as text, as train will use it: `--name` if typed; else the value of the file that
     `--config FILE` names; for --resume without either, the value recorded in the run folder's
-    config.json; else the default."""
+    config.json (--out, or train's default, runs/seed<SEED> of the seed typed or in the file); else
+    the default."""
     typed = flag_value(argv, "--" + name.replace("_", "-"))
     if typed is not None:
         return typed
@@ -184,7 +185,10 @@ def setting_from_command_line(argv: list[str], name: str, default: str, default_
             return str(value)
     if "--resume" in argv:
         out = flag_value(argv, "--out")
-        folder = Path(out) if out else Path("runs") / f"seed{default_seed}"
+        # The seed that names train's default folder: as typed or in the file (not the folder's own)
+        seed = default_seed if name == "seed" else setting_from_command_line(
+            [arg for arg in argv if arg != "--resume"], "seed", str(default_seed), default_seed)
+        folder = Path(out) if out else Path("runs") / f"seed{seed}"
         try:
             return str(json.loads((folder / "config.json").read_text(encoding="utf-8"))[name])
         except (OSError, ValueError, KeyError, TypeError):
@@ -203,7 +207,8 @@ def run_environment(argv: list[str], default_seed: int) -> dict[str, str]:
     mode), or a CPU the pins do not fit, adds nothing: train then says why in one line."""
     wanted = {}
     seed_text = seed_from_command_line(argv, default_seed)
-    if seed_text.isdigit() and int(seed_text) <= 2**32 - 1:  # repro.MAX_SEED; no torch import here
+    # repro.MAX_SEED (no torch import here); ASCII, since "²".isdigit() is True and int("²") raises
+    if seed_text.isascii() and seed_text.isdigit() and int(seed_text) <= 2**32 - 1:
         wanted["PYTHONHASHSEED"] = hash_seed_for(int(seed_text))
     if setting_from_command_line(argv, "cpu_kernels", "native", default_seed) == "portable" \
             and portable_problem() is None:

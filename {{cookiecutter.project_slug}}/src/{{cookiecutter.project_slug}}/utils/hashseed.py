@@ -42,8 +42,8 @@ def hash_seed_in_effect() -> str:
 def missing_from_environment(wanted: dict[str, str]) -> dict[str, str]:
     """The wanted variables not in effect in this interpreter: those it did not start with, and
     PYTHONHASHSEED unless its string hashing uses it (under `python -E` it never does)."""
-    started_with = initial_environment() or dict(os.environ)
-    in_effect = {**started_with, "PYTHONHASHSEED": hash_seed_in_effect()}
+    started_with = initial_environment()  # {} is known (`env -i`), None unknown: then os.environ
+    in_effect = {**(os.environ if started_with is None else started_with), "PYTHONHASHSEED": hash_seed_in_effect()}
     return {name: value for name, value in wanted.items() if in_effect.get(name) != value}
 
 
