@@ -24,6 +24,7 @@
     python scripts/breaks.py kill-ratio --set independent-4 --tiers plain   # its fourth
     python scripts/breaks.py kill-ratio --set independent-5 --tiers plain   # its fifth
     python scripts/breaks.py kill-ratio --set independent-6 --tiers plain   # its sixth
+    python scripts/breaks.py kill-ratio --set independent-7 --tiers plain   # its seventh
     python scripts/breaks.py core-catches     # the mutation suite's breaks of core files, each against core/tests/
     python scripts/breaks.py core-catches --set independent-core   # the core's independent round, recorded
     python scripts/breaks.py core-catches --set independent-core-2 # its second, of core/src/repro_core/engine/
@@ -223,7 +224,7 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
         "independent-teaching-12": "kill-ratio-independent-teaching-12.json",
         "independent-2": "kill-ratio-independent-2.json", "independent-3": "kill-ratio-independent-3.json",
         "independent-4": "kill-ratio-independent-4.json", "independent-5": "kill-ratio-independent-5.json",
-        "independent-6": "kill-ratio-independent-6.json",
+        "independent-6": "kill-ratio-independent-6.json", "independent-7": "kill-ratio-independent-7.json",
         "independent-core": "kill-ratio-independent-core.json",
         "independent-core-2": "kill-ratio-independent-core-2.json",
         "independent-core-3": "kill-ratio-independent-core-3.json",
@@ -528,7 +529,7 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="patches: only compare; change nothing")
     parser.add_argument("--set", default="mutations", choices=list(SETS), help="kill-ratio: which breaks: "
                         "the mutation suite, or an independent round written from the docs alone (of the "
-                        "research size, independent-2 to -6 its second to sixth rounds; independent-teaching "
+                        "research size, independent-2 to -7 its second to seventh rounds; independent-teaching "
                         "and its second to twelfth rounds, -2 to -12: of the teaching size, whose suite is one "
                         "tier; core-catches: independent-core and its second to twelfth rounds, -2 to -12: the "
                         "core's, against core/tests/)")

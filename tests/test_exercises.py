@@ -475,7 +475,8 @@ def test_the_mutation_tool_leaves_out_the_tests_that_start_a_process_and_keeps_t
                                                ("independent-3", "The research size's third round"),
                                                ("independent-4", "The research size's fourth round"),
                                                ("independent-5", "The research size's fifth round"),
-                                               ("independent-6", "The research size's sixth round")])
+                                               ("independent-6", "The research size's sixth round"),
+                                               ("independent-7", "The research size's seventh round")])
 def test_the_readme_quotes_the_plain_rounds_record_as_it_is(kind: str, heading: str):
     """breaks/kill-ratio-<kind>.json (`python scripts/breaks.py kill-ratio --set <kind> --tiers
     plain`) holds results only for breaks of breaks/<kind>.toml, in its order, each tried against

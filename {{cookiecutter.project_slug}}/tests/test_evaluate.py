@@ -345,7 +345,9 @@ def test_keep_best_weighs_the_figure_it_watches_against_that_figures_earlier_val
 @pytest.mark.parametrize("value, says", [
     ("max:nope", "--keep-best max:nope: the task has no figure 'nope'; its figures are loss"),
     ("best", "argument --keep-best: 'best' is not off, min:NAME or max:NAME"),
-], ids=["a figure the task lacks", "not min or max"])
+    ("low:loss", "argument --keep-best: 'low:loss' is not off, min:NAME or max:NAME"),
+    ("min:", "argument --keep-best: 'min:' is not off, min:NAME or max:NAME"),
+], ids=["a figure the task lacks", "not min or max", "a direction misspelled", "no figure named"])
 def test_keep_best_of_what_cannot_be_watched_is_refused_in_one_line_before_any_file(value, says, tmp_path, capsys):
     from {{ cookiecutter.project_slug }} import train
 

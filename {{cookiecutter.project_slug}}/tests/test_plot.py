@@ -30,8 +30,10 @@ def test_a_picture_of_two_runs_is_a_png_of_plausible_size(runs, tmp_path, capsys
     assert f"wrote {out}" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("suffix, magic", [(".pdf", b"%PDF"), (".svg", b"<?xml")])
+@pytest.mark.parametrize("suffix, magic", [(".pdf", b"%PDF"), (".svg", b"<?xml"), (".PNG", b"\x89PNG"),
+                                           (".Pdf", b"%PDF")])
 def test_pdf_and_svg_are_written_as_the_suffix_says(runs, tmp_path, suffix, magic):
+    """In either case: a camera's or Windows' CURVES.PNG is the PNG it says."""
     out = tmp_path / f"curves{suffix}"
     assert plot.main([str(runs["seed7"].path), "--out", str(out)]) == 0
     assert out.read_bytes().startswith(magic)

@@ -65,6 +65,22 @@ def test_a_training_flag_that_train_would_refuse_is_refused_before_anything_runs
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize("jobs", [1, 2, 3])
+def test_a_study_runs_at_most_jobs_seeds_at_a_time_each_once_in_order(jobs, tmp_path, monkeypatch):
+    """run_seeds with stand-ins for a seed's launch and for the reaping, which ends the oldest run at
+    each call: never more than --jobs at once, and --jobs reached; every seed launched once, in order."""
+    launched, at_once = [], []
+
+    def reap(running, out, metric, quiet):
+        at_once.append(len(running))
+        running.pop(next(iter(running)))
+        return []
+
+    monkeypatch.setattr(study, "launch_seed", lambda seed, out, flags: launched.append(seed) or ("process", seed))
+    monkeypatch.setattr(study, "reap", reap)
+    assert study.run_seeds([0, 1, 2, 3, 4], tmp_path, [], jobs, None) == []
+    assert launched == [0, 1, 2, 3, 4] and max(at_once) == jobs
+
 def test_another_result_setting_for_an_existing_study_is_refused(tmp_path, capsys):
     folder = tmp_path / "s"
     folder.mkdir()

@@ -13,10 +13,12 @@ the mode cannot do is refused in one line. The runs under torchrun are in the di
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -50,6 +52,25 @@ def test_settings_the_mode_cannot_keep_invariant_are_one_sentence(changes, says)
     assert problem is not None and says in problem and "\n" not in problem
 
 
+@pytest.mark.parametrize(("train_samples", "val_samples", "refused"),
+                         [(4, 4, None), (100, 4, None), (3, 4, "training"), (4, 3, "validation")])
+def test_the_mode_takes_splits_of_one_sample_a_shard_and_refuses_fewer_naming_the_split(train_samples, val_samples,
+                                                                                          refused):
+    """Each of the 4 shards must hold a sample: a split of as many samples as shards is taken; one
+    sample fewer is refused in one line that names the split (stand-ins for the loaders)."""
+    from {{ cookiecutter.project_slug }}.train import invariance_problem
+
+    def loader(samples: int) -> SimpleNamespace:
+        return SimpleNamespace(dataset=range(samples))
+
+    problem = invariance_problem(torch.nn.Linear(2, 2), loader(train_samples), loader(val_samples),
+                                 SimpleNamespace(invariant_shards=4))
+    if refused is None:
+        assert problem is None
+    else:
+        assert f"the {refused} split has 3 samples, fewer than the shards" in problem and "\n" not in problem
+
+
 def test_verify_takes_a_run_of_the_mode_to_each_world_size_that_divides_its_shards_and_no_other():
     """`verify RUN --world-size N` before anything is re-run: a run of --invariant-shards 4 made on 4
     processes goes to 1, 2 or 4, and 3 or 8 get one line; a plain DDP run only to its own size. (The
@@ -65,6 +86,43 @@ def test_verify_takes_a_run_of_the_mode_to_each_world_size_that_divides_its_shar
     assert [size for size in range(1, 9) if world_size_problem(plain, size) is None] == [2]
     problem = world_size_problem(sharded, 3)
     assert "--world-size 3 does not divide the run's --invariant-shards 4" in problem and "\n" not in problem
+
+
+@pytest.mark.parametrize("typed", ["0", "-1", "two", "\u0662"])
+def test_verify_world_size_takes_a_whole_number_of_processes_of_at_least_one(typed):
+    """--world-size 0 would reach `invariant_shards % 0` (a ZeroDivisionError traceback): the parser
+    refuses it, and what is no number, in its one line; 1 is taken."""
+    from {{ cookiecutter.project_slug }}.verify import processes
+
+    with pytest.raises(argparse.ArgumentTypeError, match="at least 1"):
+        processes(typed)
+    assert processes("1") == 1
+
+
+def test_verify_of_a_run_of_the_mode_on_another_world_size_stops_its_one_launch_at_steps(monkeypatch):
+    """`verify RUN --steps 3 --world-size 2` re-runs only the first 3 steps, in its one launch on 2
+    processes, and without --steps the whole run: a stand-in for the launch records what it was
+    asked, and fails, so that nothing trains here (the launches themselves: the distributed tier)."""
+    from {{ cookiecutter.project_slug }} import verify as verify_module
+    from {{ cookiecutter.project_slug }}.engine.runs import Run
+
+    class Failed:
+        returncode = 1
+
+        def communicate(self) -> tuple[str, str]:
+            return "", "stopped here by the test"
+
+    asked = []
+    monkeypatch.setattr(verify_module, "launch_training",
+                        lambda *args, world_size, torchrun: asked.append((world_size, list(args))) or Failed())
+    original = Run(Path("run"), Config(invariant_shards=4, world_size=4).to_dict(), {}, [], (), None)
+    for steps, flags in ((3, ["--stop-after-steps", "3"]), (None, [])):
+        asked.clear()
+        code, lines = verify_module.verify(original, steps=steps, world_size=2)
+        assert code == 2 and lines[-1] == "cannot verify: the re-run failed: stopped here by the test"
+        assert len(asked) == 1 and asked[0][0] == 2
+        args = asked[0][1]
+        assert args[args.index("--out") + 2:] == flags, args
 
 
 def test_verify_stops_at_each_change_and_after_the_evaluation_when_the_change_came_after_it():
