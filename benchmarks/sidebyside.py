@@ -559,12 +559,11 @@ def checkpoint(size, rounds, folder):
 
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
-        def save(step):  # what train.py's main writes at each epoch's end
-            save_whole(folder / "checkpoint.pt", {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                                  "epoch": step, "rows": step})
+        def content(step=0):  # what train.py's main writes at each epoch's end
+            return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": step, "rows": step}
 
-        def content():
-            return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": 0, "rows": 0}
+        def save(step):
+            save_whole(folder / "checkpoint.pt", content(step))
     task.metrics_from_sums(task.batch_sums(model(inputs), targets))["loss"].backward()
     optimizer.step()
     folder.mkdir(parents=True, exist_ok=True)
