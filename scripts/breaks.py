@@ -222,6 +222,7 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
         "independent-teaching-10": "kill-ratio-independent-teaching-10.json",
         "independent-teaching-11": "kill-ratio-independent-teaching-11.json",
         "independent-teaching-12": "kill-ratio-independent-teaching-12.json",
+        "independent-teaching-13": "kill-ratio-independent-teaching-13.json",
         "independent-2": "kill-ratio-independent-2.json", "independent-3": "kill-ratio-independent-3.json",
         "independent-4": "kill-ratio-independent-4.json", "independent-5": "kill-ratio-independent-5.json",
         "independent-6": "kill-ratio-independent-6.json", "independent-7": "kill-ratio-independent-7.json",
@@ -236,7 +237,8 @@ SETS = {"mutations": "kill-ratio.json", "independent": "kill-ratio-independent.j
         "independent-core-9": "kill-ratio-independent-core-9.json",
         "independent-core-10": "kill-ratio-independent-core-10.json",
         "independent-core-11": "kill-ratio-independent-core-11.json",
-        "independent-core-12": "kill-ratio-independent-core-12.json"}
+        "independent-core-12": "kill-ratio-independent-core-12.json",
+        "independent-core-13": "kill-ratio-independent-core-13.json"}
 # The size a set breaks; the others break the research size, but CORE_SETS', which break core/
 # itself and are tried by core-catches against core/tests/ alone.
 SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teaching",
@@ -244,11 +246,13 @@ SCOPE_OF = {"independent-teaching": "teaching", "independent-teaching-2": "teach
             "independent-teaching-5": "teaching", "independent-teaching-6": "teaching",
             "independent-teaching-7": "teaching", "independent-teaching-8": "teaching",
             "independent-teaching-9": "teaching", "independent-teaching-10": "teaching",
-            "independent-teaching-11": "teaching", "independent-teaching-12": "teaching"}
+            "independent-teaching-11": "teaching", "independent-teaching-12": "teaching",
+            "independent-teaching-13": "teaching"}
 # core-catches' rounds: breaks of core/ itself.
 CORE_SETS = ("independent-core", "independent-core-2", "independent-core-3", "independent-core-4",
              "independent-core-5", "independent-core-6", "independent-core-7", "independent-core-8",
-             "independent-core-9", "independent-core-10", "independent-core-11", "independent-core-12")
+             "independent-core-9", "independent-core-10", "independent-core-11", "independent-core-12",
+             "independent-core-13")
 
 
 def nearby_tests(project: Path, brk: Break) -> list[str]:

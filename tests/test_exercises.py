@@ -471,6 +471,7 @@ def test_the_mutation_tool_leaves_out_the_tests_that_start_a_process_and_keeps_t
                                                ("independent-teaching-10", "The teaching size's tenth round"),
                                                ("independent-teaching-11", "The teaching size's eleventh round"),
                                                ("independent-teaching-12", "The teaching size's twelfth round"),
+                                               ("independent-teaching-13", "The teaching size's thirteenth round"),
                                                ("independent-2", "The research size's second round"),
                                                ("independent-3", "The research size's third round"),
                                                ("independent-4", "The research size's fourth round"),
@@ -506,7 +507,8 @@ def test_the_readme_quotes_the_plain_rounds_record_as_it_is(kind: str, heading: 
                                                ("independent-core-9", "The core's ninth round"),
                                                ("independent-core-10", "The core's tenth round"),
                                                ("independent-core-11", "The core's eleventh round"),
-                                               ("independent-core-12", "The core's twelfth round")])
+                                               ("independent-core-12", "The core's twelfth round"),
+                                               ("independent-core-13", "The core's thirteenth round")])
 def test_the_readme_quotes_the_cores_round_record_as_it_is(kind: str, heading: str):
     """breaks/kill-ratio-<kind>.json (`python scripts/breaks.py core-catches --set <kind>`) holds a
     result for every break of breaks/<kind>.toml, in its order, each tried against core/tests/ alone,

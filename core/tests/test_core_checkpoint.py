@@ -22,6 +22,7 @@ from repro_core.engine.checkpoint import (
     read_sharded_checkpoint,
     replace_folder,
     save_checkpoint,
+    save_sharded_checkpoint,
 )
 from repro_core.utils.repro import state_dict_sha256
 from torch import nn
@@ -273,6 +274,26 @@ def test_a_resume_restores_the_schedules_position_and_fp16s_loss_scale(tmp_path:
     resumed.load_checkpoint(load_latest_checkpoint(tmp_path)[0])
     assert resumed.scheduler.state_dict() == run.scheduler.state_dict()
     assert resumed.scaler.get_scale() == 8.0 != torch.amp.GradScaler("cpu").get_scale()
+
+
+def test_a_sharded_checkpoint_resumes_the_optimizers_learning_rate_not_a_fresh_ones(tmp_path: Path) -> None:
+    """--parallel fsdp's checkpoint (a DCP folder, made here in one process): the optimizer's param
+    groups (their lr, which the schedule has moved) come back from the checkpoint; a fresh optimizer's
+    (lr 0.1, where the run had gone on at 0.0125) would train the steps after a resume at the wrong rate."""
+    run = training_state()
+    for _ in range(3):
+        take_step(run)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DCP in a single process
+        save_sharded_checkpoint(tmp_path, run, {}, seconds=0.0)
+        checkpoint, path = load_latest_checkpoint(tmp_path, sharded=True)
+        resumed = training_state()
+        assert resumed.optimizer.param_groups[0]["lr"] == 0.1  # the control: a fresh one's
+        resumed.load_checkpoint(checkpoint, path)
+    assert [group["lr"] for group in resumed.optimizer.param_groups] == [0.1 * 0.5**3] == [
+        group["lr"] for group in run.optimizer.param_groups]
+    assert resumed.scheduler.state_dict() == run.scheduler.state_dict() and resumed.step == 3
+    assert state_dict_sha256(resumed.model.state_dict()) == state_dict_sha256(run.model.state_dict())
 
 
 def test_a_checkpoint_of_another_format_is_refused_as_a_models_weights_too(tmp_path: Path) -> None:

@@ -161,7 +161,8 @@ def test_sums_that_are_not_numbers_by_name_are_refused_with_one_line(sums, line)
 
 
 LOSS = torch.tensor(0.5, requires_grad=True)
-COLUMNS = "a name must be letters, digits and _, and not one of metrics.csv's own columns (epoch, step, split, lr)"
+COLUMNS = ("a name must be letters, digits and _, and not one of metrics.csv's own columns or the trackers' name for "
+           "lr (epoch, step, split, lr, learning_rate)")
 
 
 @pytest.mark.parametrize("figures, line", [
@@ -171,6 +172,9 @@ COLUMNS = "a name must be letters, digits and _, and not one of metrics.csv's ow
                         "(what training minimises) and any other figures"),
     ({"loss": LOSS, "top 5": 1.0}, f"task.metrics_from_sums returned a figure named 'top 5': {COLUMNS}"),
     ({"loss": LOSS, "lr": 1.0}, f"task.metrics_from_sums returned a figure named 'lr': {COLUMNS}"),
+    # A tracker's row holds lr as learning_rate: a figure of that name would be overwritten there.
+    ({"loss": LOSS, "learning_rate": 1.0},
+     f"task.metrics_from_sums returned a figure named 'learning_rate': {COLUMNS}"),
     ({"loss": LOSS, 5: 1.0}, f"task.metrics_from_sums returned a figure named 5: {COLUMNS}"),
     ({"loss": LOSS, "f1": "high"}, "task.metrics_from_sums returned f1 = str high: each figure must be one number "
                                    "(sum or average it over the batch)"),

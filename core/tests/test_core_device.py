@@ -76,6 +76,15 @@ def test_a_gpu_beyond_the_machines_is_refused_listing_those_it_has(spec: str) ->
 
 
 @pytest.mark.usefixtures("cpu_only")
+def test_mps_built_into_torch_but_not_available_is_not_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """macOS wheels build MPS in; an Intel Mac or an old macOS cannot run it: is_available() decides."""
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
+    assert available_devices() == ["cpu"]
+    with pytest.raises(ValueError, match="available: cpu$"):
+        select_device("mps")
+
+
+@pytest.mark.usefixtures("cpu_only")
 @pytest.mark.parametrize("spec", ["cuda", "cuda:0", "mps"])
 def test_a_device_the_machine_lacks_is_refused(spec: str) -> None:
     with pytest.raises(ValueError, match="not available here; available: cpu$"):

@@ -97,6 +97,18 @@ def test_the_shards_are_added_one_by_one_in_shard_order():
     assert torch.stack(rows).flip(0).sum(0).item() != 1.0  # another order, another sum: the values can tell
 
 
+def test_many_shards_are_added_bit_for_bit_as_one_by_one_in_shard_order_not_by_a_reduction():
+    """torch's own sum over a stacked dimension adds in blocks, not left to right: with 8 shards of
+    float32 values its bits differ from one by one (seen on this CPU), and would differ by kernel."""
+    generator = torch.Generator().manual_seed(0)
+    rows = [torch.randn(10, generator=generator) for _ in range(8)]
+    one_by_one = rows[0].clone()
+    for row in rows[1:]:
+        one_by_one += row
+    assert torch.equal(in_shard_order(rows, world_size=1), one_by_one)
+    assert not torch.equal(torch.stack(rows).sum(dim=0), one_by_one)  # the control: a reduction's bits differ
+
+
 def test_a_step_leaves_the_sum_in_shard_order_of_each_shards_own_gradient_and_statistics():
     torch.manual_seed(0)
     model = Net().train()

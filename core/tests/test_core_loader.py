@@ -166,11 +166,14 @@ def test_a_loader_with_workers_iterated_in_another_thread_loads_as_a_plain_one_d
 
 
 def test_ignore_sigint_in_worker_ignores_sigint_and_make_sharded_loader_installs_it() -> None:
-    previous = signal.getsignal(signal.SIGINT)
+    """Ctrl-C only: a worker still ends on SIGTERM, as the loader's shutdown and a scheduler send it."""
+    previous, term = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     try:
         ignore_sigint_in_worker(0)
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is term
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, term)
     loader = make_sharded_loader(Augmented(4), batch_size=2, seed=SEED, train=True, num_workers=1)
     assert isinstance(loader, CtrlCSafeLoader) and loader.worker_init_fn is ignore_sigint_in_worker

@@ -113,6 +113,18 @@ def test_a_nan_loss_stops_the_run_at_the_flush_that_every_steps_makes_by_itself(
     assert [step for step, _ in written_steps(log)] == [7, 8]
 
 
+def test_an_epochs_training_losses_are_the_steps_losses_in_order_not_their_finite_flags(tmp_path: Path) -> None:
+    """epoch_losses feed the epoch's mean loss that a run prints: the losses, computed here from the
+    sums (squared error / samples), not the flag that rides beside them (1.0 or 0.0)."""
+    log = metrics_log(tmp_path)
+    with log:
+        rows = StepRows(log, SumOfSquares, CPU, every=2)
+        for step, loss in enumerate([0.5, 0.25, 3.0], 1):
+            rows.add(0, step, step_sums(loss), finite_step(torch.tensor(loss), gradients_with(0.5)), lr=0.1)
+        rows.flush()
+    assert rows.epoch_losses == [0.5, 0.25, 3.0]
+
+
 def test_steps_that_are_all_finite_write_their_rows_and_raise_nothing(tmp_path: Path) -> None:
     log = metrics_log(tmp_path)
     with log:

@@ -89,19 +89,23 @@ def test_compiling_on_the_cpu_takes_the_compiler_cxx_names_where_no_other_is_on_
 def compile_error(kind: str) -> Exception:
     """An error of each kind torch.compile raises as it compiles: dynamo's, as it traces, and
     inductor's, as it generates and builds kernels (a C++ compiler that fails on one)."""
-    from torch._dynamo.exc import TorchRuntimeError
+    from torch._dynamo.exc import BackendCompilerFailed, TorchRuntimeError
     from torch._inductor.exc import CppCompileError, InductorError
 
     return {"dynamo": TorchRuntimeError("dynamo cannot trace this"),
             "inductor": InductorError(RuntimeError("C++ compile error: bad kernel"), None),
-            "inductor's C++ build": CppCompileError(["g++", "kernel.cpp"], "error: boom")}[kind]
+            "inductor's C++ build": CppCompileError(["g++", "kernel.cpp"], "error: boom"),
+            "a backend's": BackendCompilerFailed(compile_error, RuntimeError("cannot build this graph"), None)}[kind]
 
 
 @pytest.mark.parametrize(("kind", "said"), [("dynamo", "TorchRuntimeError: dynamo cannot trace this"),
                                             ("inductor", "InductorError: RuntimeError: C++ compile error: bad kernel"),
-                                            ("inductor's C++ build", "CppCompileError: C++ compile error")])
+                                            ("inductor's C++ build", "CppCompileError: C++ compile error"),
+                                            ("a backend's", "BackendCompilerFailed: backend='compile_error' raised: "
+                                                            "RuntimeError: cannot build this graph")])
 def test_an_error_of_compiling_is_said_in_one_line_whichever_part_of_torch_compile_raised_it(kind, said) -> None:
-    """Dynamo's and inductor's errors alike: the first line of what they say, and what to do."""
+    """Dynamo's and inductor's errors alike: the first line of what they say (with the cause, where
+    that line only names the backend), and what to do."""
     assert compile_failure(compile_error(kind)) == f"--compile failed: {said}; leave out --compile to train without it"
 
 

@@ -349,6 +349,24 @@ def test_fewer_whole_rows_than_the_checkpoint_counts_is_refused_and_the_file_lef
     assert path.read_text() == text
 
 
+def test_a_deleted_metrics_csv_holds_no_row_and_is_refused_as_one_short_of_rows(tmp_path: Path) -> None:
+    """Before, open() raised FileNotFoundError: a failure (exit 1, an error.log), not the refusal."""
+    with pytest.raises(ValueError, match="holds 0 whole rows, fewer than the 3 that its checkpoint counts"):
+        MetricsLog(tmp_path / "metrics.csv", ("loss", "accuracy"), rows=3, writes=True).cut_back()
+    assert not (tmp_path / "metrics.csv").exists()
+
+
+@pytest.mark.parametrize("rows", [-1, -7])
+def test_a_checkpoint_counting_rows_below_zero_is_refused_and_every_row_kept(tmp_path: Path, rows: int) -> None:
+    """A crafted count no run writes: lines[:1 + rows] would keep no header and few rows or none."""
+    path = tmp_path / "metrics.csv"
+    written(path, 4)
+    text = path.read_text()
+    with pytest.raises(ValueError, match=f"its checkpoint counts {rows} rows of .*metrics.csv, a number no run writes"):
+        MetricsLog(path, ("loss", "accuracy"), rows=rows, writes=True).cut_back()
+    assert path.read_text() == text
+
+
 def test_a_torn_row_before_the_checkpoints_rows_is_no_whole_row(tmp_path: Path) -> None:
     path = tmp_path / "metrics.csv"
     written(path, 1)

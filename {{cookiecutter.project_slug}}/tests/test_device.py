@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections import namedtuple
+from collections import UserDict, namedtuple
+from types import MappingProxyType
 
 import pytest
 import torch
@@ -89,6 +90,13 @@ def test_restricting_gpus_after_cuda_started_is_refused_not_ignored(monkeypatch)
     with pytest.raises(RuntimeError, match="already initialised"):
         restrict_visible_gpus([1])
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+def test_to_device_moves_the_tensors_of_a_mapping_that_is_no_dict():
+    """A UserDict, a mappingproxy, transformers' BatchEncoding: any Mapping, given back as a dict."""
+    for batch in (UserDict({"x": torch.ones(2)}), MappingProxyType({"x": torch.ones(2)})):
+        moved = to_device(batch, torch.device("meta"))
+        assert type(moved) is dict and moved["x"].device.type == "meta", type(batch)
 
 
 def test_to_device_moves_every_tensor_of_a_nested_batch():

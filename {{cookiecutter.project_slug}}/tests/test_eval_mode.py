@@ -49,6 +49,15 @@ def test_example_model_a_forward_pass_in_train_mode_would_move_its_batchnorm_sta
     assert before and any(not torch.equal(before[name], model.state_dict()[name]) for name in before)
 
 
+@pytest.mark.skipif(not hasattr(task, "Net"), reason="about the example's model (Dropout), which task.py replaced")
+@pytest.mark.parametrize("dropout", [0.0, 0.25, 0.9])
+def test_example_model_drops_the_share_of_activations_that_dropout_says(dropout):
+    """--dropout is the probability of dropping one (torch's p), not of keeping it: 0 drops nothing.
+    Every dropout value trains repeatably, so only this says which way it acts."""
+    model = task.make_model(settings(dropout=dropout), task.make_datasets(settings(max_samples=16))[0])
+    assert [module.p for module in model.modules() if isinstance(module, torch.nn.Dropout)] == [dropout]
+
+
 def test_every_forward_pass_of_evaluate_runs_in_eval_mode(model_and_loader):
     model, loader = model_and_loader
     modes = []

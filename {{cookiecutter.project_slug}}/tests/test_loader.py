@@ -113,6 +113,21 @@ def test_a_sample_that_fails_is_named_with_its_epoch_counted_from_one_as_the_run
     assert re.search(r"(?m)(^| )validation sample 5: ValueError: cannot read it$", epoch_error(validation))
 
 
+class FileGoneOnSample(FailsOnSample):
+    """Sample 5's file deleted since the dataset listed it: an OSError, the commonest failure of real data."""
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == 5:
+            raise FileNotFoundError(2, "No such file or directory", "images/5.png")
+        return torch.tensor(float(index))
+
+
+def test_a_sample_that_fails_with_any_error_is_named_not_only_with_the_errors_of_a_bad_index():
+    """An OSError too, not only the IndexError, KeyError or ValueError of a dataset's own code."""
+    loader = make_loader(FileGoneOnSample(), batch_size=4, seed=SEED, train=False, num_workers=0)
+    assert re.search(r"(?m)(^| )validation sample 5: FileNotFoundError: .*'images/5.png'$", epoch_error(loader))
+
+
 def epoch_error(loader) -> str:
     """What an epoch of `loader` stops with, its iterator freed at once. torch re-raises a worker's
     error in a reference cycle (the error, its traceback, the frame that raised it), which holds the

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import json
 import math
 import os
 import pickle
@@ -49,9 +50,9 @@ def started(tmp_path_factory) -> Iterator[dict[str, tuple[subprocess.Popen, Path
     commands = {
         "run": ([*train, "--out", str(root / "run"), *FAST, "--seed", "3", "--max-samples", str(UNEVEN)], None),
         "readme": ([*train, "--out", str(root / "fresh" / "runs" / "a"), *FAST, "--device", "auto"], None),
-        "restarted": (["-X", "importtime", f"-m{PACKAGE}.train", "--seed", "5", "--out", str(root / "restarted"),
+        "restarted": (["-X", "importtime", f"-m{PACKAGE}.train", "--seed", "0", "--out", str(root / "restarted"),
                        *FAST],
-                      python_env(PYTHONHASHSEED="0")),
+                      python_env(PYTHONHASHSEED="5")),
     }
     processes = {name: (start(args, root / name, env), root / name) for name, (args, env) in commands.items()}
     yield processes
@@ -202,6 +203,23 @@ def test_a_refused_integer_is_told_the_bounds_it_missed(flags, said, capsys):
     assert exit_info.value.code == 2 and capsys.readouterr().err.strip().endswith(said)
 
 
+@pytest.mark.parametrize("typed, said", [
+    ("gpu", "argument --device: 'gpu' is not one of auto, cpu, cuda, cuda:N, mps"),
+    ("cuda:0,1", "argument --device: 'cuda:0,1' is not one of auto, cpu, cuda, cuda:N, mps (one process uses one "
+                 "GPU; for several, launch with torchrun)")])
+def test_a_device_that_is_no_device_name_is_told_the_names_there_are_and_what_several_gpus_take(typed, said, capsys):
+    """Not argparse's bare "invalid device value": the names, and the myth of model.cuda('cuda:0,1')."""
+    with pytest.raises(SystemExit) as exit_info:
+        parse_flags(["--device", typed])
+    assert exit_info.value.code == 2 and capsys.readouterr().err.strip().endswith(said)
+
+
+def test_a_run_without_deterministic_takes_the_mode_the_project_was_made_with():
+    """The default its README names (chosen when the project was made). Another default changes no
+    hash on a CPU, where every mode repeats: only this says so."""
+    assert parse_flags([]).deterministic == {{ cookiecutter.determinism|tojson }}
+
+
 def test_a_worker_count_no_machine_runs_is_refused_before_any_worker_starts(capsys):
     """Each worker is a process: 100000 kept starting processes until a two-core machine stalled. The
     flags alone, so that a bound that breaks fails here rather than starting them."""
@@ -227,14 +245,15 @@ def test_the_restart_for_the_hash_seed_comes_before_torch_is_imported(started):
     """A run launched with another PYTHONHASHSEED starts again with its own (__init__.py), before
     torch's import: torch, the slow part of a start, loads once, in the process that trains. -X
     importtime logs every import of both interpreters on stderr (the restart keeps the options).
-    Launched as `python -mPACKAGE.train`, the spelling that the other runs do not use."""
+    Launched as `python -mPACKAGE.train`, the spelling that the other runs do not use, with seed 0,
+    the one seed that a test of the seed's truth (`if seed:`, for `is not None`) would not restart."""
     process, log = started["restarted"]
     finish(process, log)
     imported = [line.rsplit("|", 1)[-1].strip() for line in log.with_suffix(".err").read_text().splitlines()
                 if line.startswith("import time:")]
     assert imported.count(f"{PACKAGE}.utils.hashseed") == 2, "no restart: the shell's hash seed was left in effect"
     assert imported.count("torch") == 1, "torch was imported before the restart, and once more after it"
-    assert Run(log).environment["python_hash_seed"] == "5"
+    assert Run(log).environment["python_hash_seed"] == "0"
 
 
 def test_the_restart_takes_the_seed_the_run_trains_with(run):
@@ -512,6 +531,37 @@ def test_a_run_ctrl_c_ended_inside_a_notebook_leaves_its_folder_to_the_kernels_n
     assert main(["--out", str(out), "--resume"]) == 0
     assert main(["--out", str(tmp_path / "never_interrupted"), *FAST]) == 0
     assert Run(out).weights == Run(tmp_path / "never_interrupted").weights
+    # A run that finished frees its folder as main() returns, not when the kernel ends: a second
+    # process's --resume or a look at it is not refused meanwhile.
+    assert lock_is_free(out) and lock_is_free(tmp_path / "never_interrupted")
+    held = train.lock_run_folder(tmp_path / "held")
+    if held is not None:  # the control: a lock that this process holds is seen
+        assert not lock_is_free(tmp_path / "held")
+        os.close(held)
+
+
+def lock_is_free(folder: Path) -> bool:
+    """Whether a new descriptor of `folder` takes its lock now: no descriptor, of this process or
+    another, holds it (flock locks an open file description, not a process). Windows: no lock."""
+    try:
+        import fcntl
+    except ImportError:
+        return True
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(descriptor)
+
+
+def test_max_samples_0_takes_every_sample_and_a_number_the_first_that_many():
+    """--max-samples' default, 0, is the whole split (the README's full runs), not an empty one."""
+    dataset = torch.utils.data.TensorDataset(torch.arange(10.0))
+    assert first(dataset, 0) is dataset and first(dataset, 10) is dataset and first(dataset, 25) is dataset
+    assert [float(sample) for (sample,) in first(dataset, 3)] == [0.0, 1.0, 2.0]
 
 
 def test_each_step_draws_from_its_own_key_counted_over_the_whole_run(tmp_path, monkeypatch):
@@ -553,15 +603,25 @@ def refused_on_resume(folder, capsys) -> str:
     return error
 
 
-@pytest.mark.parametrize("short_by", [1, 3, "all"])
+@pytest.mark.parametrize("short_by", [1, 3, "all", "the file"])
 def test_resume_refuses_a_metrics_csv_with_fewer_rows_than_its_checkpoint_counted(short_by, run, tmp_path, capsys):
-    """One row short is the case a check off by one lets through (the header is a line, not a row)."""
+    """One row short is the case a check off by one lets through (the header is a line, not a row);
+    a metrics.csv deleted has no rows either, and gets the same line (before, a missing file's error, exit 1)."""
     folder = copy_of(run, tmp_path / "cut").path
     counted = torch.load(folder / "checkpoint.pt", weights_only=True)["rows"]
-    kept = 0 if short_by == "all" else counted - short_by
+    kept = 0 if short_by in ("all", "the file") else counted - short_by
     lines = (folder / "metrics.csv").read_text(encoding="utf-8").splitlines(keepends=True)
     (folder / "metrics.csv").write_text("".join(lines[:1 + kept]), encoding="utf-8")
+    if short_by == "the file":
+        (folder / "metrics.csv").unlink()
     assert f"has {kept} rows; the checkpoint counted {counted}" in refused_on_resume(folder, capsys)
+
+
+def test_resume_refuses_a_checkpoint_that_counts_rows_below_zero_and_keeps_every_row(run, tmp_path, capsys):
+    """A crafted count that no run writes: -1 would cut metrics.csv to lines[:0], nothing at all."""
+    folder = copy_of(run, tmp_path / "crafted").path
+    torch.save({**torch.load(folder / "checkpoint.pt", weights_only=True), "rows": -1}, folder / "checkpoint.pt")
+    assert "the checkpoint counted -1" in refused_on_resume(folder, capsys)
 
 
 @pytest.mark.parametrize("text", ["", '{"seed": 3', "[1, 2]", '{"seed": 3}', "7"],
@@ -570,6 +630,20 @@ def test_resume_refuses_a_config_json_it_cannot_read_back(text, run, tmp_path, c
     folder = copy_of(run, tmp_path / "config").path
     (folder / "config.json").write_text(text, encoding="utf-8")
     assert "config.json" in refused_on_resume(folder, capsys)
+
+
+@pytest.mark.parametrize("name, value, said", [
+    ("lr", None, "argument --lr"), ("seed", [3], "argument --seed"), ("dropout", 1.5, "argument --dropout"),
+    ("epochs", "five", "argument --epochs"), ("deterministic", "sometimes", "argument --deterministic"),
+    ("device", "cuda:99", "device 'cuda:99'"),  # a GPU run's folder resumed on a machine without that GPU
+])
+def test_resume_checks_each_recorded_setting_as_a_typed_flag_and_refuses_one_edited_wrong_in_one_line(
+        name, value, said, run, tmp_path, capsys):
+    """Before, each of these reached the code that uses it: a traceback (TypeError, ValueError)."""
+    folder = copy_of(run, tmp_path / "edited").path
+    recorded = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    (folder / "config.json").write_text(json.dumps({**recorded, name: value}), encoding="utf-8")
+    assert f"--resume: {folder / 'config.json'}: {said}" in refused_on_resume(folder, capsys)
 
 
 class RunsCode:

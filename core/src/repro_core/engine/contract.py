@@ -25,7 +25,7 @@ from ..utils.data import declared_draws
 from ..utils.device import to_device
 from ..utils.repro import GLOBAL_GENERATORS, seed_global_generators
 from .precision import autocast
-from .run_folder import ROW_FIELDS
+from .run_folder import RESERVED_NAMES
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 CHECKED_SAMPLES = 4
@@ -88,9 +88,10 @@ def check_figures(figures: object, model_learns: bool) -> tuple[str, ...]:
         raise TaskError(f"task.metrics_from_sums returned {shown(figures)}; it must return a dict with 'loss' "
                         "(what training minimises) and any other figures")
     for name, value in figures.items():
-        if not isinstance(name, str) or not NAME.fullmatch(name) or name in ROW_FIELDS:
+        if not isinstance(name, str) or not NAME.fullmatch(name) or name in RESERVED_NAMES:
             raise TaskError(f"task.metrics_from_sums returned a figure named {name!r}: a name must be letters, "
-                            f"digits and _, and not one of metrics.csv's own columns ({', '.join(ROW_FIELDS)})")
+                            f"digits and _, and not one of metrics.csv's own columns or the trackers' name for lr "
+                            f"({', '.join(RESERVED_NAMES)})")
         if not isinstance(value, (torch.Tensor, int, float)) or (isinstance(value, torch.Tensor)
                                                                  and value.numel() != 1):
             raise TaskError(f"task.metrics_from_sums returned {name} = {shown(value)}: each figure must be one "

@@ -91,6 +91,8 @@ def compile_model(model: nn.Module) -> nn.Module:
 def compile_failure(error: BaseException) -> str | None:
     """One line for an error raised while torch.compile compiled; None for other errors."""
     if type(error).__module__.startswith(("torch._dynamo", "torch._inductor")):
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        # BackendCompilerFailed, dynamo's wrapper of a backend's error, names the cause on its second line
+        reason = " ".join(lines[:2] if lines[0].endswith(" raised:") else lines[:1])[:300]
         return f"--compile failed: {type(error).__name__}: {reason}; leave out --compile to train without it"
     return None

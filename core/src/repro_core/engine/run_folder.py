@@ -41,6 +41,9 @@ RUN_FILES = ("config.json", "environment.json", "metrics.csv", "model.pt", "summ
              "world_sizes.json", "fingerprint.json", BEST_MODEL, BEST_RECORD, EVALUATIONS)
 ERROR_LOG = "error.log"  # not a run on its own: a rerun takes over a folder that holds only this
 ROW_FIELDS = ("epoch", "step", "split", "lr")  # lr: the step's learning rate; empty in a val row
+# What no figure of a task may be named: metrics.csv's own columns, and learning_rate, lr's name in
+# the rows that trackers get (a figure of that name would be overwritten there by the rate).
+RESERVED_NAMES = (*ROW_FIELDS, "learning_rate")
 SPLITS = ("train", "val")
 
 
@@ -185,12 +188,18 @@ class MetricsLog:
         """Keeps the header and the first `rows` rows: those a checkpoint had seen. Rows written
         after it, possibly torn by a kill, are written again by the resumed run. Returns a note when
         the file ended in a torn row; ValueError (one line) when it holds fewer whole rows than the
-        checkpoint counts: the resumed run would leave a gap, or append to a torn row."""
-        with open(self.path, newline="", encoding="utf-8") as file:
-            lines = file.read().splitlines(keepends=True)
+        checkpoint counts (a deleted file holds none): the resumed run would leave a gap, or append
+        to a torn row; or when the count is below 0, which no run writes (lines[:0] would cut all)."""
+        if self.rows < 0:
+            raise ValueError(f"its checkpoint counts {self.rows} rows of {self.path}, a number no run writes")
+        try:
+            with open(self.path, newline="", encoding="utf-8") as file:
+                lines = file.read().splitlines(keepends=True)
+        except FileNotFoundError:
+            lines = []
         fields = len(ROW_FIELDS) + len(self.names)
         whole = next((i for i, line in enumerate(lines[1:]) if not line.endswith("\n")
-                      or len(line.rstrip("\n").split(",")) != fields), len(lines) - 1)
+                      or len(line.rstrip("\n").split(",")) != fields), max(len(lines) - 1, 0))
         if whole < self.rows:
             raise ValueError(f"{self.path} holds {whole} whole rows, fewer than the {self.rows} that its checkpoint "
                              "counts: rows are missing, so the resumed run would leave a gap; start it again with "
