@@ -52,9 +52,10 @@ def test_example_model_a_forward_pass_in_train_mode_would_move_its_batchnorm_sta
 @pytest.mark.skipif(not hasattr(task, "Net"), reason="about the example's model (Dropout), which task.py replaced")
 @pytest.mark.parametrize("dropout", [0.0, 0.25, 0.9])
 def test_example_model_drops_the_share_of_activations_that_dropout_says(dropout):
-    """--dropout is the probability of dropping one (torch's p), not of keeping it: 0 drops nothing.
-    Every dropout value trains repeatably, so only this says which way it acts."""
-    model = task.make_model(settings(dropout=dropout), task.make_datasets(settings(max_samples=16))[0])
+    """The example's Net(dropout=...), which make_model gives --dropout where task.py reads it: the
+    probability of dropping an activation (torch's p), not of keeping it, so that 0 drops nothing.
+    Every value trains repeatably, so only this says which way it acts."""
+    model = task.Net(num_classes=10, image_size=8, dropout=dropout)
     assert [module.p for module in model.modules() if isinstance(module, torch.nn.Dropout)] == [dropout]
 
 

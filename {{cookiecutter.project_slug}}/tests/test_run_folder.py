@@ -633,7 +633,7 @@ def test_resume_refuses_a_config_json_it_cannot_read_back(text, run, tmp_path, c
 
 
 @pytest.mark.parametrize("name, value, said", [
-    ("lr", None, "argument --lr"), ("seed", [3], "argument --seed"), ("dropout", 1.5, "argument --dropout"),
+    ("lr", None, "argument --lr"), ("seed", [3], "argument --seed"), ("momentum", 1.5, "argument --momentum"),
     ("epochs", "five", "argument --epochs"), ("deterministic", "sometimes", "argument --deterministic"),
     ("device", "cuda:99", "device 'cuda:99'"),  # a GPU run's folder resumed on a machine without that GPU
 ])
